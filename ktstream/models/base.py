@@ -1,0 +1,116 @@
+"""The knowledge-tracing model contract: two paths over the same parameters.
+
+Training path
+    ``forward(histories, state=None) -> (log_probs, final_state)``.
+    ``log_probs[b, t]`` (B, T, K) is the *prequential* prediction for position t:
+    a function of the learner's interactions at positions < ``step_start[b, t]``
+    (plus ``state``, the learner's state before position 0) and of t's query part
+    (item, concepts, time) only. Never of t's response, of anything later, or of
+    another row of the batch. Padded positions (mask False) must not change the
+    final state. ``final_state`` is the serving state after the last valid
+    position (models that cannot carry state return None and declare a
+    ``receptive_field``).
+
+Serving path (batched over learners, B = learners in the wave)
+    ``init_state(B)``: state of a learner with no history (dict of tensors, leading dim B).
+    ``predict(state, query) -> probs`` (B, K): never mutates ``state``.
+    ``update(state, interaction) -> new_state``: applies one interaction per
+    learner; returns a new dict and leaves the input untouched, so a caller can
+    stage changes and drop them (the commit protocol relies on this).
+
+Invariant 2 (train/serve equivalence): feeding a history through ``predict``
+then ``update`` one interaction at a time (all queries of a step predicted
+before the step's updates) gives ``forward``'s outputs within 1e-5 in fp32.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from ktstream.data.histories import Histories, Interactions
+
+State = dict[str, torch.Tensor]
+
+
+class KTModel(nn.Module):
+    """Base class of every model family; see the module docstring for the contract."""
+
+    name: ClassVar[str] = "base"
+    #: True when ``forward`` accepts and returns the serving state (recurrent models):
+    #: long histories are then trained in chunks with the state carried over.
+    carries_state: ClassVar[bool] = True
+    #: Small constructor arguments (besides vocab sizes) for fast contract tests.
+    tiny_config: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, n_items: int, n_concepts: int, n_categories: int = 2):
+        super().__init__()
+        if n_categories < 2:
+            raise ValueError(f"n_categories must be >= 2, got {n_categories}")
+        self.n_items = n_items
+        self.n_concepts = n_concepts
+        self.n_categories = n_categories
+
+    # -- training path ---------------------------------------------------
+    def forward(self, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State | None]:
+        raise NotImplementedError
+
+    # -- serving path ----------------------------------------------------
+    def init_state(self, batch_size: int) -> State:
+        raise NotImplementedError
+
+    def predict(self, state: State, query: Interactions) -> torch.Tensor:
+        raise NotImplementedError
+
+    def update(self, state: State, interaction: Interactions) -> State:
+        raise NotImplementedError
+
+    def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:
+        """Extra per-learner outputs for a prediction (ability, mastery, attention).
+        Models with nothing to add return an empty dict."""
+        return {}
+
+    def receptive_field(self) -> int | None:
+        """Positions of history a prediction can depend on (None: unbounded, recurrent)."""
+        return None
+
+    def config(self) -> dict[str, Any]:
+        """Constructor arguments, JSON-serialisable, so the registry can rebuild the model."""
+        raise NotImplementedError
+
+
+def stack_states(states: list[State]) -> State:
+    """Per-learner states (leading dim 1) -> one batched state."""
+    return {k: torch.cat([s[k] for s in states]) for k in states[0]}
+
+
+def split_state(state: State) -> list[State]:
+    """Batched state -> per-learner states (leading dim 1, cloned so they own their memory)."""
+    n = next(iter(state.values())).shape[0]
+    return [{k: v[i : i + 1].clone() for k, v in state.items()} for i in range(n)]
+
+
+def select_state(state: State, rows: torch.Tensor) -> State:
+    return {k: v[rows] for k, v in state.items()}
+
+
+def where_state(cond: torch.Tensor, new: State, old: State) -> State:
+    """Row-wise choice: rows where ``cond`` (B,) is True take ``new``."""
+    out = {}
+    for k, v in new.items():
+        c = cond.view(-1, *([1] * (v.dim() - 1)))
+        out[k] = torch.where(c, v, old[k])
+    return out
+
+
+def gather_steps(per_prefix: torch.Tensor, step_start: torch.Tensor) -> torch.Tensor:
+    """Pick, for each position t, the row computed after ``step_start[b, t]`` interactions.
+
+    per_prefix: (B, T+1, ...) where index i holds the value after i interactions.
+    Returns (B, T, ...).
+    """
+    B, T = step_start.shape
+    idx = step_start.view(B, T, *([1] * (per_prefix.dim() - 2))).expand(B, T, *per_prefix.shape[2:])
+    return per_prefix.gather(1, idx)

@@ -1,0 +1,81 @@
+"""DKT: Deep Knowledge Tracing (Piech et al., NeurIPS 2015), an LSTM over interactions.
+
+The state after i interactions is the LSTM's (h, c). The prediction for
+position t reads h after the interactions before t's step and t's question
+embedding (item and concepts), so it can score any item, not only a skill
+vector's entry.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from ktstream.data.histories import Histories, Interactions
+from ktstream.models.base import KTModel, State, gather_steps, where_state
+from ktstream.models.embeddings import InteractionEmbedding, QuestionEmbedding
+from ktstream.models.registry import register
+
+
+@register
+class DKT(KTModel):
+    name = "dkt"
+    carries_state = True
+    tiny_config = {"dim": 8, "hidden": 12, "layers": 2}
+
+    def __init__(self, n_items: int, n_concepts: int, n_categories: int = 2, dim: int = 64,
+                 hidden: int = 128, layers: int = 1, dropout: float = 0.2, use_items: bool = True):
+        super().__init__(n_items, n_concepts, n_categories)
+        self.dim, self.hidden, self.layers, self.dropout_p, self.use_items = dim, hidden, layers, dropout, use_items
+        self.interaction = InteractionEmbedding(n_items, n_concepts, n_categories, dim, use_items)
+        self.question = QuestionEmbedding(n_items, n_concepts, dim, use_items)
+        self.lstm = nn.LSTM(dim, hidden, layers, batch_first=True, dropout=dropout if layers > 1 else 0.0)
+        self.drop = nn.Dropout(dropout)
+        self.out = nn.Sequential(nn.Linear(hidden + dim, hidden), nn.ReLU(), nn.Dropout(dropout),
+                                 nn.Linear(hidden, n_categories))
+
+    def config(self) -> dict[str, Any]:
+        return dict(n_items=self.n_items, n_concepts=self.n_concepts, n_categories=self.n_categories,
+                    dim=self.dim, hidden=self.hidden, layers=self.layers, dropout=self.dropout_p,
+                    use_items=self.use_items)
+
+    def _head(self, h: torch.Tensor, items: torch.Tensor, concepts: torch.Tensor) -> torch.Tensor:
+        q = self.question(items, concepts)
+        return F.log_softmax(self.out(torch.cat([self.drop(h), q], dim=-1)), dim=-1)
+
+    # -- training path ---------------------------------------------------
+    def forward(self, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State]:
+        B, T = histories.shape
+        state = state if state is not None else self.init_state(B)
+        x = self.interaction(histories.items, histories.concepts, histories.responses)  # (B, T, D)
+        h0 = state["h"].transpose(0, 1).contiguous()  # (L, B, H)
+        c0 = state["c"].transpose(0, 1).contiguous()
+        lengths = histories.mask.sum(1)
+        packed = pack_padded_sequence(x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+        out, (hn, cn) = self.lstm(packed, (h0, c0))
+        out, _ = pad_packed_sequence(out, batch_first=True, total_length=T)  # (B, T, H)
+        prefix = torch.cat([h0[-1].unsqueeze(1), out], dim=1)  # (B, T+1, H): after 0..T interactions
+        h_at = gather_steps(prefix, histories.step_start)  # (B, T, H)
+        log_probs = self._head(h_at, histories.items, histories.concepts)
+        final = {"h": hn.transpose(0, 1), "c": cn.transpose(0, 1)}  # (B, L, H)
+        return log_probs, where_state(lengths > 0, final, state)
+
+    # -- serving path ----------------------------------------------------
+    def init_state(self, batch_size: int) -> State:
+        p = next(self.parameters())
+        z = torch.zeros(batch_size, self.layers, self.hidden, dtype=p.dtype, device=p.device)
+        return {"h": z, "c": z.clone()}
+
+    def predict(self, state: State, query: Interactions) -> torch.Tensor:
+        return self._head(state["h"][:, -1], query.items, query.concepts).exp()
+
+    def update(self, state: State, interaction: Interactions) -> State:
+        x = self.interaction(interaction.items, interaction.concepts, interaction.responses).unsqueeze(1)
+        h0 = state["h"].transpose(0, 1).contiguous()
+        c0 = state["c"].transpose(0, 1).contiguous()
+        _, (hn, cn) = self.lstm(x, (h0, c0))
+        return {"h": hn.transpose(0, 1), "c": cn.transpose(0, 1)}

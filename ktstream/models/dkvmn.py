@@ -1,0 +1,111 @@
+"""DKVMN: Dynamic Key-Value Memory Networks (Zhang et al., WWW 2017).
+
+A key memory (N x Dk) shared by all learners addresses concepts; each learner
+owns a value memory (N x Dv) that is read for a prediction and changed by
+erase/add after the response is known. Letters: B learners, T positions,
+N memory slots, K response categories.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ktstream.data.histories import Histories, Interactions
+from ktstream.models.base import KTModel, State, where_state
+from ktstream.models.embeddings import InteractionEmbedding, QuestionEmbedding
+from ktstream.models.registry import register
+
+
+class CategoricalHead(nn.Module):
+    """Summary features -> log-probabilities of the K response categories (K=2: the binary head)."""
+
+    def __init__(self, summary_dim: int, n_categories: int):
+        super().__init__()
+        self.linear = nn.Linear(summary_dim, n_categories)
+
+    def forward(self, summary: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(self.linear(summary), dim=-1)
+
+
+@register
+class DKVMN(KTModel):
+    name = "dkvmn"
+    carries_state = True
+    tiny_config = {"memory_size": 5, "key_dim": 8, "value_dim": 12, "summary_dim": 8}
+
+    def __init__(self, n_items: int, n_concepts: int, n_categories: int = 2, memory_size: int = 20,
+                 key_dim: int = 50, value_dim: int = 100, summary_dim: int = 50, dropout: float = 0.0,
+                 use_items: bool = True):
+        super().__init__(n_items, n_concepts, n_categories)
+        self.memory_size, self.key_dim, self.value_dim = memory_size, key_dim, value_dim
+        self.summary_dim, self.dropout_p, self.use_items = summary_dim, dropout, use_items
+        self.question = QuestionEmbedding(n_items, n_concepts, key_dim, use_items)
+        self.interaction = InteractionEmbedding(n_items, n_concepts, n_categories, value_dim, use_items)
+        self.keys = nn.Parameter(torch.randn(memory_size, key_dim) * (1.0 / key_dim**0.5))  # (N, Dk)
+        self.value0 = nn.Parameter(torch.randn(memory_size, value_dim) * 0.1)  # (N, Dv)
+        self.erase = nn.Linear(value_dim, value_dim)
+        self.add = nn.Linear(value_dim, value_dim)
+        self.summary = nn.Linear(value_dim + key_dim, summary_dim)
+        self.drop = nn.Dropout(dropout)
+        self.head = self._make_head()
+
+    def _make_head(self) -> nn.Module:
+        return CategoricalHead(self.summary_dim, self.n_categories)
+
+    def config(self) -> dict[str, Any]:
+        return dict(n_items=self.n_items, n_concepts=self.n_concepts, n_categories=self.n_categories,
+                    memory_size=self.memory_size, key_dim=self.key_dim, value_dim=self.value_dim,
+                    summary_dim=self.summary_dim, dropout=self.dropout_p, use_items=self.use_items)
+
+    # -- memory blocks ---------------------------------------------------
+    def _address(self, items: torch.Tensor, concepts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        key = self.question(items, concepts)  # (..., Dk)
+        return key, F.softmax(key @ self.keys.t(), dim=-1)  # (..., N)
+
+    @staticmethod
+    def _read(weights: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        return (weights.unsqueeze(-1) * memory).sum(-2)  # (B, N, 1) * (B, N, Dv) -> (B, Dv)
+
+    def _write(self, memory: torch.Tensor, weights: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        erase = torch.sigmoid(self.erase(value)).unsqueeze(1)  # (B, 1, Dv)
+        add = torch.tanh(self.add(value)).unsqueeze(1)
+        w = weights.unsqueeze(-1)  # (B, N, 1)
+        return memory * (1 - w * erase) + w * add
+
+    def _log_probs(self, read: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        summary = torch.tanh(self.summary(torch.cat([read, key], dim=-1)))
+        return self.head(self.drop(summary), key)
+
+    # -- training path ---------------------------------------------------
+    def forward(self, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State]:
+        B, T = histories.shape
+        memory = state["memory"] if state is not None else self.value0.unsqueeze(0).expand(B, -1, -1)
+        key, weights = self._address(histories.items, histories.concepts)  # (B, T, Dk), (B, T, N)
+        value = self.interaction(histories.items, histories.concepts, histories.responses)  # (B, T, Dv)
+        at_step_start = memory
+        reads = []
+        for t in range(T):
+            new_step = histories.step_start[:, t] == t  # (B,)
+            at_step_start = torch.where(new_step.view(B, 1, 1), memory, at_step_start)
+            reads.append(self._read(weights[:, t], at_step_start))
+            written = self._write(memory, weights[:, t], value[:, t])
+            memory = torch.where(histories.mask[:, t].view(B, 1, 1), written, memory)
+        read = torch.stack(reads, dim=1)  # (B, T, Dv)
+        return self._log_probs(read, key), {"memory": memory}
+
+    # -- serving path ----------------------------------------------------
+    def init_state(self, batch_size: int) -> State:
+        return {"memory": self.value0.detach().unsqueeze(0).expand(batch_size, -1, -1).clone()}
+
+    def predict(self, state: State, query: Interactions) -> torch.Tensor:
+        key, weights = self._address(query.items, query.concepts)
+        return self._log_probs(self._read(weights, state["memory"]), key).exp()
+
+    def update(self, state: State, interaction: Interactions) -> State:
+        _, weights = self._address(interaction.items, interaction.concepts)
+        value = self.interaction(interaction.items, interaction.concepts, interaction.responses)
+        return {"memory": self._write(state["memory"], weights, value)}

@@ -1,0 +1,203 @@
+"""Fit a model on learner histories, select on a validation split, predict.
+
+Long histories are cut into windows of ``chunk`` positions. Recurrent models
+(``carries_state``) carry their state across windows, detached (truncated
+BPTT); attention models see ``receptive_field()`` earlier positions as context
+and are scored only on the window's own positions. A window may begin inside a
+step; positions of such a step are left out of the loss, since the carried
+state already holds their step mates' responses.
+
+Selection (early stopping, best epoch) reads the validation split only; the
+caller scores the test split once, afterwards.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from ktstream.data.histories import Histories, LearnerHistory, collate
+from ktstream.evaluation.metrics import auc
+from ktstream.models.base import KTModel
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 30
+    batch_size: int = 32
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    patience: int = 4
+    chunk: int = 200
+    max_grad_norm: float = 5.0
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda
+    eval_batch_size: int = 64
+    progress: bool = True
+
+
+@dataclass
+class FitResult:
+    best_epoch: int
+    best_valid: float
+    selection_metric: str
+    history: list[dict] = field(default_factory=list)
+    seconds: float = 0.0
+    config: dict = field(default_factory=dict)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def _batches(histories: Sequence[LearnerHistory], batch_size: int, rng: np.random.Generator | None
+             ) -> Iterator[list[LearnerHistory]]:
+    """Batches of learners of similar length (less padding); shuffled when rng is given."""
+    order = sorted(range(len(histories)), key=lambda i: len(histories[i]))
+    groups = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if rng is not None:
+        rng.shuffle(groups)
+    for g in groups:
+        yield [histories[i] for i in g]
+
+
+def _windows(model: KTModel, batch: Histories, chunk: int) -> Iterator[tuple[int, int, int]]:
+    """(context_start, start, stop) of each training window."""
+    T = batch.shape[1]
+    field_ = model.receptive_field()
+    for start in range(0, T, chunk):
+        ctx = start if model.carries_state or field_ is None else max(0, start - field_)
+        yield ctx, start, min(T, start + chunk)
+
+
+def forward_windows(model: KTModel, batch: Histories, chunk: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, Histories]]:
+    """Yield (log_probs, loss_mask, window) for each window of a batch, in order."""
+    state = None
+    for ctx, start, stop in _windows(model, batch, chunk):
+        window = batch.window(ctx, stop)
+        if model.carries_state:
+            log_probs, state = model(window, state)
+            state = {k: v.detach() for k, v in state.items()} if state is not None else None
+        else:
+            log_probs, _ = model(window)
+        own = slice(start - ctx, stop - ctx)
+        keep = window.mask[:, own] & (window.responses[:, own] >= 0)
+        keep &= batch.step_start[:, start:stop] >= start  # step began in an earlier window
+        yield log_probs[:, own], keep, window.window(start - ctx, stop - ctx)
+
+
+def _loss(model: KTModel, batch: Histories, chunk: int) -> tuple[torch.Tensor, int]:
+    total, count = 0.0, 0
+    for log_probs, keep, window in forward_windows(model, batch, chunk):
+        if keep.any():
+            total = total + F.nll_loss(log_probs[keep], window.responses[keep], reduction="sum")
+            count += int(keep.sum())
+    return total, count
+
+
+@torch.no_grad()
+def predict_histories(model: KTModel, histories: Sequence[LearnerHistory], batch_size: int = 64,
+                      device: str | torch.device = "cpu", chunk: int = 4000) -> list[np.ndarray]:
+    """Prequential predictions (T, K) for every learner, via the training path."""
+    model.eval()
+    device = torch.device(device) if isinstance(device, str) else device
+    by_id = {}
+    order = sorted(range(len(histories)), key=lambda i: len(histories[i]))
+    for g in range(0, len(order), batch_size):
+        idx = order[g : g + batch_size]
+        batch = collate([histories[i] for i in idx]).to(device)
+        parts = []
+        for log_probs, _, _ in forward_windows(model, batch, chunk):
+            parts.append(log_probs.exp().float().cpu())
+        probs = torch.cat(parts, dim=1).numpy()
+        for row, i in enumerate(idx):
+            by_id[i] = probs[row, : len(histories[i])]
+    return [by_id[i] for i in range(len(histories))]
+
+
+def score(histories: Sequence[LearnerHistory], probs: Sequence[np.ndarray], scored=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Flatten to (responses, probs (N, K), 1-based positions) over positions with a response.
+
+    ``scored`` optionally gives, per learner, a boolean array of positions to score.
+    """
+    ys, ps, pos = [], [], []
+    for i, (h, p) in enumerate(zip(histories, probs)):
+        keep = h.responses >= 0
+        if scored is not None:
+            keep &= scored[i]
+        ys.append(h.responses[keep])
+        ps.append(p[keep])
+        pos.append(np.flatnonzero(keep) + 1)
+    K = probs[0].shape[1] if len(probs) else 2
+    return (np.concatenate(ys) if ys else np.zeros(0, np.int64),
+            np.concatenate(ps) if ps else np.zeros((0, K)), np.concatenate(pos) if pos else np.zeros(0, np.int64))
+
+
+def validation_metric(model: KTModel, histories, scored, cfg: TrainConfig, device) -> tuple[str, float]:
+    probs = predict_histories(model, histories, cfg.eval_batch_size, device)
+    y, p, _ = score(histories, probs, scored)
+    if model.n_categories == 2:
+        return "auc", auc(y, p[:, 1])
+    nll = float(-np.mean(np.log(np.clip(p[np.arange(len(y)), y], 1e-9, None))))
+    return "neg_log_loss", -nll
+
+
+def fit(model: KTModel, train: Sequence[LearnerHistory], valid: Sequence[LearnerHistory],
+        cfg: TrainConfig | None = None, valid_scored=None) -> FitResult:
+    """Train with Adam; keep the weights of the epoch best on ``valid`` (early stopping)."""
+    cfg = cfg or TrainConfig()
+    assert len(train) > 0 and len(valid) > 0, "fit needs non-empty train and validation histories"
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    device = resolve_device(cfg.device)
+    model.to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    best, best_epoch, best_state, history, bad = -math.inf, -1, None, [], 0
+    started = time.time()
+    show = cfg.progress and sys.stderr.isatty()
+    metric_name = "auc"
+    for epoch in range(cfg.epochs):
+        model.train()
+        total, count = 0.0, 0
+        n_batches = math.ceil(len(train) / cfg.batch_size)
+        for hs in tqdm(_batches(train, cfg.batch_size, rng), total=n_batches, disable=not show,
+                       desc=f"epoch {epoch + 1}/{cfg.epochs}", leave=False):
+            batch = collate(hs).to(device)
+            loss_sum, n = _loss(model, batch, cfg.chunk)
+            if n == 0:
+                continue
+            opt.zero_grad(set_to_none=True)
+            (loss_sum / n).backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            opt.step()
+            total += float(loss_sum.detach())
+            count += n
+        metric_name, value = validation_metric(model, valid, valid_scored, cfg, device)
+        history.append({"epoch": epoch + 1, "train_loss": total / max(count, 1), f"valid_{metric_name}": value,
+                        "seconds": round(time.time() - started, 1)})
+        log.info("epoch %d train_loss %.4f valid_%s %.4f", epoch + 1, total / max(count, 1), metric_name, value)
+        if value > best:
+            best, best_epoch, bad = value, epoch + 1, 0
+            best_state = copy.deepcopy(model.state_dict())
+        else:
+            bad += 1
+            if bad >= cfg.patience:
+                break
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return FitResult(best_epoch, best, metric_name, history, time.time() - started, asdict(cfg))

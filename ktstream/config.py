@@ -1,0 +1,112 @@
+"""Service configuration: frozen pydantic-settings models, a YAML file, environment overrides.
+
+Precedence (highest first): environment variables (``KTSTREAM_`` prefix,
+``__`` between nested names, e.g. ``KTSTREAM_KAFKA__BOOTSTRAP_SERVERS``), the
+YAML file given to ``load_settings``, keyword overrides, then the defaults
+below. Secrets are ``SecretStr`` (never printed). ``kafka.consumer`` and
+``kafka.producer`` pass any further kafka-python setting straight through.
+
+>>> s = load_settings(None, engine={"late_policy": "apply"})
+>>> s.engine.late_policy, s.kafka.topics.events
+('apply', 'ktstream.events')
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from ktstream.exceptions import ConfigError
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TopicsSettings(_Section):
+    events: str = "ktstream.events"
+    predictions: str = "ktstream.predictions"
+    dead_letters: str = "ktstream.dead-letters"
+
+
+class KafkaSettings(_Section):
+    bootstrap_servers: str = "127.0.0.1:9092"
+    topics: TopicsSettings = TopicsSettings()
+    partitions: int = Field(6, ge=1, description="partitions of the topics the embedded broker / demo creates")
+    group_id: str = "ktstream"
+    client_id: str = "ktstream"
+    assignment: Literal["cooperative-sticky", "range", "roundrobin"] = "cooperative-sticky"
+    session_timeout_ms: int = Field(10_000, ge=1000, description="Tansu's first join takes about half of this")
+    auto_offset_reset: Literal["earliest", "latest"] = "earliest"
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    linger_ms: int = Field(2, ge=0, description="producer batching delay; latency vs throughput")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"] | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    ssl_cafile: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    consumer: dict[str, Any] = Field(default_factory=dict, description="extra kafka-python consumer settings")
+    producer: dict[str, Any] = Field(default_factory=dict, description="extra kafka-python producer settings")
+
+
+class EngineSettings(_Section):
+    max_batch: int = Field(1000, ge=1, description="records per micro-batch (poll max_records)")
+    poll_timeout_ms: int = Field(50, ge=0)
+    flush_timeout_s: float = Field(30.0, gt=0)
+    late_policy: Literal["dead-letter", "apply"] = "dead-letter"
+    max_record_bytes: int = Field(65_536, ge=256)
+    cache_max_bytes: int = Field(512 * 2**20, ge=2**16)
+    torch_threads: int = Field(1, ge=1)
+
+
+class MetricsSettings(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(9464, ge=0, le=65535, description="0 picks a free port")
+    quality_window: int = Field(1000, ge=10, description="outcomes in the rolling AUC / log loss")
+    calibration_bins: int = Field(10, ge=2)
+
+
+class ModelSettings(_Section):
+    family: str = "dkt"
+    checkpoint: str = Field("train-quick", description="checkpoint directory, or 'train-quick' (simulated data)")
+    quick_seconds: float = Field(10.0, gt=0, description="training budget of train-quick")
+    quick_learners: int = Field(300, ge=10)
+    config: dict[str, Any] = Field(default_factory=dict, description="family constructor arguments (train-quick)")
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="KTSTREAM_", env_nested_delimiter="__", frozen=True,
+                                      extra="forbid", protected_namespaces=())
+    kafka: KafkaSettings = KafkaSettings()
+    engine: EngineSettings = EngineSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    model: ModelSettings = ModelSettings()
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,
+                                   file_secret_settings):
+        return (env_settings, init_settings)  # environment over file / keyword values
+
+
+def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
+    """Settings from a YAML file (optional), keyword overrides per section, then the environment."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read config {path}: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ConfigError(f"config {path} must be a mapping of sections, got {type(data).__name__}")
+    for section, values in overrides.items():
+        data[section] = {**data.get(section, {}), **values} if isinstance(values, dict) else values
+    try:
+        return Settings(**data)
+    except ValueError as exc:
+        raise ConfigError(f"invalid configuration{f' in {path}' if path else ''}: {exc}") from exc

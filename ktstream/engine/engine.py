@@ -1,0 +1,126 @@
+"""The engine loop and the one place that knows the commit order.
+
+Per micro-batch (at-least-once; the Kafka Streams / Quix Streams order):
+1. ``poll`` the source (rebalance callbacks run here, before new records);
+2. ``process``: predictions computed, learner states *staged* (nothing applied);
+3. ``sink.send`` + ``sink.flush``: predictions and dead letters acknowledged (acks=all);
+4. ``source.commit`` the input offsets;
+5. ``cache.apply`` the staged states (a durable store, when added, is written here
+   first, with the offsets, in one atomic write). Never before the commit.
+If step 3 or 4 fails the staged states are dropped and the batch's partitions
+that are still ours are rewound to its first offsets, so they are processed
+again from the committed state; consumers drop the repeated predictions by
+their source (topic, partition, offset). Exactly-once (a producer transaction
+with ``send_offsets_to_transaction``) replaces steps 3-4 in a later issue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from ktstream.engine.exceptions import CommitError, EngineError, SinkError
+from ktstream.engine.messages import now_ms
+from ktstream.engine.processor import Batch, Processor
+from ktstream.engine.records import Sink, Source, TopicPartition
+from ktstream.metrics import EngineMetrics
+
+log = logging.getLogger(__name__)
+
+
+class Engine:
+    def __init__(self, source: Source, sink: Sink, processor: Processor, metrics: EngineMetrics | None = None,
+                 max_batch: int = 1000, poll_timeout_s: float = 0.05, flush_timeout_s: float = 30.0,
+                 gauge_interval_s: float = 1.0):
+        self.source, self.sink, self.processor = source, sink, processor
+        self.cache = processor.cache
+        self.metrics = metrics or EngineMetrics()
+        self.max_batch, self.poll_timeout_s, self.flush_timeout_s = max_batch, poll_timeout_s, flush_timeout_s
+        self.gauge_interval_s = gauge_interval_s
+        self.joined = False  # a first assignment arrived (readiness)
+        self.last_loop = time.monotonic()
+        self._last_gauges = 0.0
+        source.on_assigned, source.on_revoked, source.on_lost = self.on_assigned, self.on_revoked, self.on_lost
+        self.metrics.model_info(processor.runner.name, processor.runner.version)
+
+    # -- rebalance callbacks (run inside source.poll, on the engine's thread) --
+    def on_assigned(self, partitions: list[TopicPartition]) -> None:
+        self.joined = True
+        self.metrics.rebalances.labels("assigned").inc(len(partitions))
+        log.info("partitions assigned: %s", partitions)
+
+    def on_revoked(self, partitions: list[TopicPartition]) -> None:
+        """Everything polled so far is committed (step 4 is synchronous): drop their learners."""
+        dropped = self.cache.evict_partitions(partitions)
+        self.metrics.rebalances.labels("revoked").inc(len(partitions))
+        self.metrics.forget_partitions(partitions)
+        log.info("partitions revoked: %s (%d learner states dropped)", partitions, dropped)
+
+    def on_lost(self, partitions: list[TopicPartition]) -> None:
+        self.cache.evict_partitions(partitions)
+        self.metrics.rebalances.labels("lost").inc(len(partitions))
+        self.metrics.forget_partitions(partitions)
+        log.warning("partitions lost (group membership expired): %s", partitions)
+
+    # -- the loop --------------------------------------------------------
+    def step(self) -> Batch | None:
+        """Poll and process one micro-batch through the whole commit protocol."""
+        self.last_loop = time.monotonic()
+        records = self.source.poll(self.poll_timeout_s, self.max_batch)
+        self._gauges()
+        if not records:
+            return None
+        batch = self.processor.process(records)
+        try:
+            self.sink.send(batch.outputs)
+            self.sink.flush(self.flush_timeout_s)
+        except SinkError:
+            self._roll_back(batch, "sink")
+            raise
+        flushed = now_ms()
+        try:
+            self.source.commit(batch.offsets)
+        except CommitError:
+            self._roll_back(batch, "commit")
+            log.warning("commit failed for %s; batch will be processed again", sorted(batch.offsets))
+            return None
+        self.cache.apply(batch.staged, batch.offsets)
+        self.metrics.observe_batch(batch, flushed)
+        return batch
+
+    def run(self, stop: threading.Event, until: Callable[[], bool] | None = None) -> None:
+        """Loop until ``stop`` is set (or ``until()`` holds); sink failures are retried after a pause."""
+        while not stop.is_set() and not (until is not None and until()):
+            try:
+                self.step()
+            except SinkError as exc:
+                log.error("sink failed, retrying the batch: %s", exc)
+                stop.wait(1.0)
+        self._gauges(force=True)
+
+    def close(self) -> None:
+        for part in (self.source, self.sink):
+            try:
+                part.close()
+            except EngineError as exc:
+                log.warning("closing %s: %s", type(part).__name__, exc)
+
+    # -- health ----------------------------------------------------------
+    def healthy(self, window_s: float = 60.0) -> bool:
+        return time.monotonic() - self.last_loop < window_s
+
+    def ready(self) -> bool:
+        return self.joined
+
+    def _roll_back(self, batch: Batch, stage: str) -> None:
+        self.metrics.failures.labels(stage).inc()
+        mine = self.source.assignment()
+        self.source.seek({tp: off for tp, off in batch.first_offsets.items() if tp in mine})
+
+    def _gauges(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_gauges >= self.gauge_interval_s:
+            self._last_gauges = now
+            self.metrics.observe_state(len(self.cache), self.cache.bytes, self.cache.evictions, self.source.lag())

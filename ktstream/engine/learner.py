@@ -1,0 +1,95 @@
+"""Per-learner state as the engine keeps it: model state tensors plus bookkeeping.
+
+Besides the model's state (leading dim 1) a learner keeps
+
+- the *open step*: its key (step id or event time) and, once a member of the
+  step has been applied, the model state at the step's start, so a later
+  member of the same step (even one arriving in a later micro-batch) is
+  predicted from the step-start state (invariant 1);
+- the last applied event (event time, id, source offset): lateness is judged
+  against the latest applied event time, duplicates by source offset;
+- counters and the model version that built the state (a hot swap rebuilds it).
+
+A ``LearnerState`` held by the cache is never mutated: the engine works on a
+``copy()`` and the copy replaces the cached one only after the commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ktstream.engine.records import TopicPartition
+from ktstream.models.base import State
+
+#: Rough cost of the Python objects around the tensors (dataclass, dict, strings).
+OVERHEAD_BYTES = 400
+
+
+def step_key(step_id: str | None, event_time_ms: int | None) -> tuple[str, Any] | None:
+    """The key that groups a learner's interactions into a step (as ktstream.data.histories does).
+
+    >>> step_key("b7", 5), step_key(None, 5), step_key(None, None)
+    (('s', 'b7'), ('t', 5), None)
+    """
+    if step_id is not None:
+        return ("s", step_id)
+    return None if event_time_ms is None else ("t", event_time_ms)
+
+
+def state_nbytes(state: State | None) -> int:
+    return 0 if state is None else sum(t.numel() * t.element_size() for t in state.values())
+
+
+@dataclass(slots=True)
+class LearnerState:
+    learner_id: str
+    state: State
+    model_version: str
+    partition: TopicPartition | None = None
+    step_key: tuple[str, Any] | None = None
+    step_state: State | None = None  # model state at the open step's start, once it differs
+    last_event_time_ms: int | None = None
+    last_event_id: str | None = None
+    last_offset: int = -1
+    events: int = 0
+    responses: int = 0
+    late: int = 0
+
+    def copy(self) -> "LearnerState":
+        """A working copy; tensors are shared (the model's update returns new ones)."""
+        return replace(self)
+
+    @property
+    def nbytes(self) -> int:
+        return (state_nbytes(self.state) + state_nbytes(self.step_state)
+                + OVERHEAD_BYTES + len(self.learner_id))
+
+    def query_state(self, key: tuple[str, Any] | None) -> State:
+        """State to predict an interaction with step key ``key`` from; opens a new step if needed."""
+        if key is None or key != self.step_key:
+            self.step_key, self.step_state = key, None
+        return self.step_state if self.step_state is not None else self.state
+
+    def is_late(self, event_time_ms: int | None) -> bool:
+        """Older than the latest applied event; events without a time are never late."""
+        return (event_time_ms is not None and self.last_event_time_ms is not None
+                and event_time_ms < self.last_event_time_ms)
+
+    def is_duplicate(self, partition: TopicPartition, offset: int) -> bool:
+        """Already applied: same partition, offset not beyond the last applied one."""
+        return self.partition == partition and offset <= self.last_offset
+
+    def applied(self, new_state: State | None, partition: TopicPartition, offset: int,
+                event_id: str, event_time_ms: int | None, late: bool) -> None:
+        """Record an applied event; ``new_state`` is None for a prediction-only event."""
+        if new_state is not None:
+            if self.step_key is not None and self.step_state is None:
+                self.step_state = self.state  # later members of this step still see its start
+            self.state = new_state
+            self.responses += 1
+        self.partition, self.last_offset, self.last_event_id = partition, offset, event_id
+        if event_time_ms is not None and (self.last_event_time_ms is None or event_time_ms > self.last_event_time_ms):
+            self.last_event_time_ms = event_time_ms
+        self.events += 1
+        self.late += int(late)

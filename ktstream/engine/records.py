@@ -1,0 +1,142 @@
+"""The plain records the engine exchanges with the outside, and the two ports it needs.
+
+The engine never imports a Kafka client (connectors/ does). A source hands it
+``Record`` objects and a sink takes ``Output`` objects; anything that
+implements the two small protocols below can drive it: the Kafka connectors in
+production, in-memory lists in the unit tests.
+
+Offsets follow Kafka's convention: a committed offset is the *next* offset to
+read, so committing ``{("events", 0): 42}`` means records 0..41 are done.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Protocol
+
+TopicPartition = tuple[str, int]
+PartitionsCallback = Callable[[list[TopicPartition]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One input record as the broker delivered it (value is the raw bytes)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int | None = None
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One message for the sink: topic, key (learner id, bytes) and JSON value."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+
+
+class Source(Protocol):
+    """What the engine needs from an input connector.
+
+    Rebalance callbacks (``on_assigned``, ``on_revoked``, ``on_lost``) are plain
+    attributes the engine sets; a source calls them on the thread that calls
+    ``poll``, before it returns records of a newly assigned partition.
+    """
+
+    on_assigned: PartitionsCallback
+    on_revoked: PartitionsCallback
+    on_lost: PartitionsCallback
+
+    def poll(self, timeout_s: float, max_records: int) -> list[Record]: ...
+
+    def commit(self, offsets: dict[TopicPartition, int]) -> None: ...
+
+    def seek(self, offsets: dict[TopicPartition, int]) -> None: ...
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    def lag(self) -> dict[TopicPartition, int]: ...
+
+    def close(self) -> None: ...
+
+
+class Sink(Protocol):
+    """What the engine needs from an output connector: send, then flush (acks=all)."""
+
+    def send(self, outputs: Iterable[Output]) -> None: ...
+
+    def flush(self, timeout_s: float) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def ignore_partitions(partitions: list[TopicPartition]) -> None:
+    return None
+
+
+class MemorySource:
+    """A list-backed source for tests and offline runs: one partition per list, commits recorded.
+
+    >>> src = MemorySource([Record("ev", 0, 0, b"u1", b"{}")])
+    >>> [r.offset for r in src.poll(0.0, 10)], src.poll(0.0, 10)
+    ([0], [])
+    >>> src.commit({("ev", 0): 1}); src.committed
+    {('ev', 0): 1}
+    """
+
+    def __init__(self, records: Iterable[Record] = ()):
+        self.pending: list[Record] = list(records)
+        self.committed: dict[TopicPartition, int] = {}
+        self.on_assigned = self.on_revoked = self.on_lost = ignore_partitions
+        self._announced = False
+
+    def poll(self, timeout_s: float, max_records: int) -> list[Record]:
+        if not self._announced:
+            self._announced = True
+            self.on_assigned(sorted(self.assignment()))
+        out, self.pending = self.pending[:max_records], self.pending[max_records:]
+        return out
+
+    def commit(self, offsets: dict[TopicPartition, int]) -> None:
+        self.committed.update(offsets)
+
+    def seek(self, offsets: dict[TopicPartition, int]) -> None:
+        raise NotImplementedError("MemorySource cannot rewind")
+
+    def assignment(self) -> set[TopicPartition]:
+        return {r.tp for r in self.pending} | set(self.committed)
+
+    def lag(self) -> dict[TopicPartition, int]:
+        lag: dict[TopicPartition, int] = {}
+        for r in self.pending:
+            lag[r.tp] = lag.get(r.tp, 0) + 1
+        return lag
+
+    def close(self) -> None:
+        return None
+
+
+class MemorySink:
+    """Collects outputs; ``flushed`` holds what a flush made durable."""
+
+    def __init__(self):
+        self.sent: list[Output] = []
+        self.flushed: list[Output] = []
+
+    def send(self, outputs: Iterable[Output]) -> None:
+        self.sent.extend(outputs)
+
+    def flush(self, timeout_s: float) -> None:
+        self.flushed.extend(self.sent)
+        self.sent = []
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,87 @@
+"""The model runner: one wave of events -> predictions, and the learners' new states.
+
+For a wave (each learner at most once) it stacks the learners' states into
+one batch, encodes the events with the model's vocabularies (unknown ids ->
+index 1), runs ``model.predict`` under ``torch.inference_mode()`` from the
+state at the start of each event's step, and then ``model.update`` for the
+events that carry a response. Prediction-only events leave the state alone.
+The new states go into the learners' *working copies*; the cache only sees
+them after the batch is committed (see ktstream.engine.engine).
+
+Letters: B learners in the wave, K response categories, C concepts per event.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ktstream.data.histories import NO_RESPONSE, Interactions
+from ktstream.data.vocab import Vocabulary
+from ktstream.engine.batcher import Planned
+from ktstream.engine.learner import step_key
+from ktstream.models.base import KTModel, State, split_state, stack_states
+from ktstream.schema import Event
+
+
+class ModelRunner:
+    def __init__(self, model: KTModel, items: Vocabulary, concepts: Vocabulary, version: str):
+        self.model = model.eval()
+        self.items, self.concepts, self.version = items, concepts, version
+        self.describes = type(model).describe is not KTModel.describe
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def initial_states(self, n: int) -> list[State]:
+        """States of ``n`` learners with no history (leading dim 1 each)."""
+        with torch.inference_mode():
+            return split_state(self.model.init_state(n))
+
+    def encode(self, events: list[Event]) -> Interactions:
+        """Events -> (B,) query/interaction tensors; times float64 epoch seconds, NaN if absent."""
+        ids = [[self.concepts.encode(c) for c in e.concept_ids] for e in events]
+        width = max([len(r) for r in ids] + [1])
+        concepts = torch.tensor([r + [0] * (width - len(r)) for r in ids], dtype=torch.long)  # (B, C)
+        items = torch.tensor([self.items.encode(e.item_id) for e in events], dtype=torch.long)
+        responses = torch.tensor([NO_RESPONSE if e.response is None else e.response for e in events],
+                                 dtype=torch.long)
+        times = torch.tensor([math.nan if e.event_time is None else e.event_time_ms / 1000.0 for e in events],
+                             dtype=torch.float64)
+        return Interactions(items, concepts, responses, times)
+
+    def run_wave(self, wave: list[Planned]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Predict every event of the wave, then apply the responses to the working states.
+
+        Returns probs (B, K) and the model's ``describe`` extras (each with leading dim B).
+        """
+        events = [p.decoded.event for p in wave]
+        query = self.encode(events)
+        with torch.inference_mode():
+            q_states = [p.learner.query_state(step_key(e.step_id, p.decoded.event_time_ms))
+                        for p, e in zip(wave, events)]
+            batch = stack_states(q_states)  # each tensor (B, ...)
+            probs = self.model.predict(batch, query)  # (B, K)
+            extras = self.describe(batch, query)
+            rows = [b for b, e in enumerate(events) if e.response is not None]
+            new_states: list[State | None] = [None] * len(wave)
+            if rows:
+                same = len(rows) == len(wave) and all(q is p.learner.state for q, p in zip(q_states, wave))
+                current = batch if same else stack_states([wave[b].learner.state for b in rows])
+                sub = query if same else _select(query, torch.tensor(rows))
+                for b, s in zip(rows, split_state(self.model.update(current, sub))):
+                    new_states[b] = s
+        for p, e, s in zip(wave, events, new_states):
+            p.learner.applied(s, p.decoded.record.tp, p.decoded.record.offset, e.event_id,
+                              p.decoded.event_time_ms, p.late)
+            p.learner.model_version = self.version
+        return probs, extras
+
+    def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:
+        return self.model.describe(state, query) if self.describes else {}
+
+
+def _select(x: Interactions, rows: torch.Tensor) -> Interactions:
+    return Interactions(x.items[rows], x.concepts[rows], x.responses[rows], x.times[rows])

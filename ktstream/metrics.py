@@ -1,0 +1,137 @@
+"""Prometheus metrics of one engine instance, in its own registry (tests and benches never collide).
+
+Names follow Prometheus conventions: a ``ktstream_`` prefix, base units in the
+name (seconds, bytes), counters ending in ``_total``. docs/engine.md lists every
+series with its meaning; ``SERIES`` below is that list, checked by the tests.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+
+from ktstream.engine.quality import OnlineQuality
+
+if TYPE_CHECKING:
+    from ktstream.engine.processor import Batch
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+END_TO_END_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+BATCH_BUCKETS = (1, 10, 50, 100, 250, 500, 1000, 2500, 5000)
+WAVE_BUCKETS = (1, 5, 10, 25, 50, 100, 250, 500, 1000)
+
+SERIES = (
+    "ktstream_events_consumed_total", "ktstream_predictions_produced_total", "ktstream_dead_letters_total",
+    "ktstream_late_events_total", "ktstream_duplicate_events_total", "ktstream_batch_failures_total",
+    "ktstream_processing_latency_seconds", "ktstream_end_to_end_latency_seconds",
+    "ktstream_batch_size_events", "ktstream_wave_size_learners", "ktstream_consumer_lag_records",
+    "ktstream_learners_cached", "ktstream_state_cache_bytes", "ktstream_state_cache_evictions_total",
+    "ktstream_rebalances_total", "ktstream_model_info", "ktstream_online_roc_auc", "ktstream_online_log_loss",
+    "ktstream_calibration_predictions_total", "ktstream_calibration_correct_total",
+    "ktstream_calibration_probability_sum_total", "ktstream_drift_alarms_total",
+)
+
+
+class EngineMetrics:
+    def __init__(self, quality_window: int = 1000, calibration_bins: int = 10, recent: int = 10_000):
+        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.consumed = Counter("ktstream_events_consumed", "Input records polled (valid or not).", registry=r)
+        self.predicted = Counter("ktstream_predictions_produced", "Predictions flushed to the sink.", registry=r)
+        self.dead = Counter("ktstream_dead_letters", "Records sent to the dead-letter topic.", ["reason"], registry=r)
+        self.late = Counter("ktstream_late_events", "Events older than the learner's last applied event.",
+                            ["action"], registry=r)
+        self.duplicates = Counter("ktstream_duplicate_events", "Redelivered records skipped by source offset.",
+                                  registry=r)
+        self.failures = Counter("ktstream_batch_failures", "Micro-batches rolled back.", ["stage"], registry=r)
+        self.processing = Histogram("ktstream_processing_latency_seconds", "Poll return to sink flushed, per event.",
+                                    buckets=LATENCY_BUCKETS, registry=r)
+        self.end_to_end = Histogram("ktstream_end_to_end_latency_seconds", "Event time to prediction produced.",
+                                    buckets=END_TO_END_BUCKETS, registry=r)
+        self.batch_size = Histogram("ktstream_batch_size_events", "Records per micro-batch.",
+                                    buckets=BATCH_BUCKETS, registry=r)
+        self.wave_size = Histogram("ktstream_wave_size_learners", "Learners per model call (wave).",
+                                   buckets=WAVE_BUCKETS, registry=r)
+        self.lag = Gauge("ktstream_consumer_lag_records", "Fetcher high-watermark minus position.",
+                         ["topic", "partition"], registry=r)
+        self.cached = Gauge("ktstream_learners_cached", "Learner states in the hot cache.", registry=r)
+        self.cache_bytes = Gauge("ktstream_state_cache_bytes", "Bytes of learner state in the hot cache.", registry=r)
+        self.evictions = Counter("ktstream_state_cache_evictions", "Learner states evicted from the cache.",
+                                 registry=r)
+        self.rebalances = Counter("ktstream_rebalances", "Partitions assigned / revoked / lost.", ["kind"],
+                                  registry=r)
+        self.model = Info("ktstream_model", "Model serving predictions.", registry=r)
+        self.auc = Gauge("ktstream_online_roc_auc", "Rolling ROC AUC of p_correct (binary models).", registry=r)
+        self.log_loss = Gauge("ktstream_online_log_loss", "Rolling log loss of p_correct.", registry=r)
+        self.cal_n = Counter("ktstream_calibration_predictions", "Outcomes per probability bin.", ["bin"], registry=r)
+        self.cal_correct = Counter("ktstream_calibration_correct", "Correct responses per probability bin.",
+                                   ["bin"], registry=r)
+        self.cal_p = Counter("ktstream_calibration_probability_sum", "Sum of p_correct per probability bin.",
+                             ["bin"], registry=r)
+        self.drift = Counter("ktstream_drift_alarms", "ADWIN alarms on |response - p_correct|.", registry=r)
+        self.quality = OnlineQuality(quality_window, calibration_bins)
+        self.bins = [f"{i / calibration_bins:.2f}-{(i + 1) / calibration_bins:.2f}" for i in range(calibration_bins)]
+        self.recent_end_to_end: deque[float] = deque(maxlen=recent)  # seconds, for live summaries
+        self.recent_processing: deque[float] = deque(maxlen=recent)
+        self._evictions_seen = 0
+        for reason in ("oversized", "invalid_json", "schema", "key_mismatch", "late"):
+            self.dead.labels(reason)
+        for action in ("applied", "dead_lettered"):
+            self.late.labels(action)
+
+    def model_info(self, name: str, version: str) -> None:
+        self.model.info({"name": name, "version": version})
+
+    def observe_batch(self, batch: "Batch", flushed_ms: int) -> None:
+        """Record a committed micro-batch."""
+        self.consumed.inc(batch.records)
+        self.predicted.inc(batch.predictions)
+        for reason, n in batch.dead_letters.items():
+            self.dead.labels(reason).inc(n)
+        self.late.labels("applied").inc(batch.late_applied)
+        self.late.labels("dead_lettered").inc(batch.dead_letters.get("late", 0))
+        self.duplicates.inc(batch.duplicates)
+        self.batch_size.observe(batch.records)
+        for n in batch.wave_sizes:
+            self.wave_size.observe(n)
+        processing = max(flushed_ms - batch.received_ms, 0) / 1000.0
+        for _ in range(batch.predictions):
+            self.processing.observe(processing)
+        self.recent_processing.extend([processing] * min(batch.predictions, 1000))
+        for ms in batch.end_to_end_ms:
+            self.end_to_end.observe(ms / 1000.0)
+        self.recent_end_to_end.extend(ms / 1000.0 for ms in batch.end_to_end_ms)
+        self._quality(batch.outcomes)
+
+    def _quality(self, outcomes: list[tuple[float, int]]) -> None:
+        for p, y in outcomes:
+            b = self.bins[self.quality.bin_of(p)]
+            self.cal_n.labels(b).inc()
+            self.cal_correct.labels(b).inc(int(y == 1))
+            self.cal_p.labels(b).inc(p)
+            if self.quality.update(p, y):
+                self.drift.inc()
+        if outcomes:
+            auc, ll = self.quality.auc(), self.quality.log_loss()
+            self.auc.set(auc)
+            self.log_loss.set(ll)
+
+    def observe_state(self, learners: int, nbytes: int, evictions: int, lag: dict[tuple[str, int], int]) -> None:
+        """Gauges sampled by the engine loop: cache size and per-partition lag."""
+        self.cached.set(learners)
+        self.cache_bytes.set(nbytes)
+        self.evictions.inc(max(evictions - self._evictions_seen, 0))
+        self._evictions_seen = max(evictions, self._evictions_seen)
+        for (topic, partition), n in lag.items():
+            self.lag.labels(topic, str(partition)).set(n)
+
+    def forget_partitions(self, partitions: list[tuple[str, int]]) -> None:
+        for topic, partition in partitions:
+            try:
+                self.lag.remove(topic, str(partition))
+            except KeyError:
+                pass
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,250 @@
+"""Ordinal knowledge tracing on DKVMN: the Deep-GPCM head, a CORAL head and their blend.
+
+Deep-GPCM (after Deep-IRT, Yeung 2019, with Muraki's generalized partial
+credit model): the DKVMN summary of (memory read, item key) gives the ability
+theta; the item key alone gives the discrimination alpha > 0 and K-1
+thresholds beta, ordered by construction (the first threshold plus cumulative
+softplus increments, never unconstrained). Category k has cumulative logit
+Z_k = sum_{h<k} alpha (theta - beta_h), Z_0 = 0, and P(Y=k) = softmax_k(Z);
+with K=2 this is the 2PL IRT model. CORAL (Cao et al. 2020) instead puts one
+latent score g through K-1 global, ordered thresholds tau:
+P(Y>k) = sigmoid(g - tau_k), rank-consistent by construction. Letters: B
+learners, T positions, N memory slots, K categories, D width.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ktstream.data.histories import Histories, Interactions
+from ktstream.models.base import State
+from ktstream.models.dkvmn import DKVMN
+from ktstream.models.ordinal_embeddings import RESPONSE_EMBEDDINGS, CausalRefiner, OrdinalInteractionEmbedding
+from ktstream.models.registry import register
+
+CORAL_EPS = 1e-6  # floor of a CORAL category probability before renormalising
+MIN_GAP = 1e-3  # smallest threshold increment: softplus alone underflows to 0 in fp32 for very negative inputs
+
+
+def ordered(first: torch.Tensor, raw_gaps: torch.Tensor | None) -> torch.Tensor:
+    """(..., 1) first threshold and (..., K-2) raw increments -> (..., K-1) strictly increasing thresholds."""
+    if raw_gaps is None or raw_gaps.shape[-1] == 0:
+        return first
+    return torch.cat([first, first + (F.softplus(raw_gaps) + MIN_GAP).cumsum(-1)], dim=-1)
+
+
+def gpcm_log_probs(theta: torch.Tensor, alpha: torch.Tensor, betas: torch.Tensor) -> torch.Tensor:
+    """theta, alpha (...), betas (..., K-1) -> log P(Y=k) (..., K) via Z_k = sum_{h<k} alpha (theta - beta_h)."""
+    steps = alpha.unsqueeze(-1) * (theta.unsqueeze(-1) - betas)  # (..., K-1)
+    z = torch.cat([torch.zeros_like(steps[..., :1]), steps.cumsum(-1)], dim=-1)  # (..., K), Z_0 = 0
+    return F.log_softmax(z, dim=-1)
+
+
+def irt_2pl_log_probs(theta: torch.Tensor, alpha: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """The binary 2PL model: P(Y=1) = sigmoid(alpha (theta - beta)) -> (..., 2) log-probs."""
+    x = alpha * (theta - beta)
+    return torch.stack([F.logsigmoid(-x), F.logsigmoid(x)], dim=-1)
+
+
+def coral_log_probs(cum_logits: torch.Tensor) -> torch.Tensor:
+    """(..., K-1) logits of P(Y>k) -> (..., K) log P(Y=k).
+
+    P(Y=k) = P(Y>k-1) - P(Y>k) with P(Y>-1) = 1 and P(Y>K-1) = 0. Ordered
+    thresholds make these differences non-negative in exact arithmetic; in
+    floating point they are clamped at CORAL_EPS and renormalised to sum to 1.
+    """
+    above = torch.sigmoid(cum_logits)
+    ext = torch.cat([torch.ones_like(above[..., :1]), above, torch.zeros_like(above[..., :1])], dim=-1)
+    probs = (ext[..., :-1] - ext[..., 1:]).clamp(min=CORAL_EPS)
+    return torch.log(probs / probs.sum(-1, keepdim=True))
+
+
+class GPCMHead(nn.Module):
+    """(summary (..., S), key (..., Dk)) -> GPCM log-probs (..., K); theta from summary, alpha/betas from key."""
+
+    def __init__(self, summary_dim: int, key_dim: int, n_categories: int, ability_scale: float = 1.0):
+        super().__init__()
+        self.K, self.ability_scale = n_categories, ability_scale
+        self.ability = nn.Linear(summary_dim, 1)
+        self.discrimination = nn.Linear(key_dim, 1)
+        self.threshold = nn.Linear(key_dim, 1)
+        self.gaps = nn.Linear(key_dim, n_categories - 2) if n_categories > 2 else None
+
+    def irt(self, summary: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        theta = self.ability_scale * self.ability(summary).squeeze(-1)  # (...)
+        alpha = F.softplus(self.discrimination(key)).squeeze(-1)  # (...), > 0
+        betas = ordered(self.threshold(key), self.gaps(key) if self.gaps is not None else None)  # (..., K-1)
+        return theta, alpha, betas
+
+    def forward(self, summary: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        return gpcm_log_probs(*self.irt(summary, key))
+
+    def describe(self, summary: torch.Tensor, key: torch.Tensor) -> dict[str, torch.Tensor]:
+        theta, alpha, betas = self.irt(summary, key)
+        return {"theta": theta, "alpha": alpha, "betas": betas}
+
+
+class IRTHead(GPCMHead):
+    """The binary 2PL head (Deep-IRT): the same parameter networks with K=2, sigmoid link."""
+
+    def __init__(self, summary_dim: int, key_dim: int, ability_scale: float = 1.0):
+        super().__init__(summary_dim, key_dim, 2, ability_scale)
+
+    def forward(self, summary: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        theta, alpha, betas = self.irt(summary, key)
+        return irt_2pl_log_probs(theta, alpha, betas[..., 0])
+
+
+class CoralHead(nn.Module):
+    """One latent score g from the summary and K-1 global ordered thresholds tau (not the item betas)."""
+
+    def __init__(self, summary_dim: int, n_categories: int):
+        super().__init__()
+        self.score = nn.Linear(summary_dim, 1)
+        self.tau_first = nn.Parameter(torch.tensor([-1.0]))
+        # softplus(0.5413) = 1: thresholds start one unit apart.
+        self.tau_gaps = nn.Parameter(torch.full((n_categories - 2,), 0.5413))
+
+    def thresholds(self) -> torch.Tensor:
+        return ordered(self.tau_first, self.tau_gaps)  # (K-1,)
+
+    def cumulative_logits(self, summary: torch.Tensor) -> torch.Tensor:
+        return self.score(summary) - self.thresholds()  # (..., 1) - (K-1,) -> (..., K-1)
+
+    def forward(self, summary: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        return coral_log_probs(self.cumulative_logits(summary))
+
+    def describe(self, summary: torch.Tensor, key: torch.Tensor) -> dict[str, torch.Tensor]:
+        g = self.score(summary).squeeze(-1)
+        return {"coral_score": g, "tau": self.thresholds().expand(*g.shape, -1)}
+
+
+class BlendHead(nn.Module):
+    """Adaptive blend: w * GPCM + (1 - w) * CORAL, w = sigmoid(gate(summary)) per prediction."""
+
+    def __init__(self, summary_dim: int, key_dim: int, n_categories: int, ability_scale: float = 1.0):
+        super().__init__()
+        self.gpcm = GPCMHead(summary_dim, key_dim, n_categories, ability_scale)
+        self.coral = CoralHead(summary_dim, n_categories)
+        self.gate = nn.Linear(summary_dim, 1)
+
+    def forward(self, summary: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        g = self.gate(summary)  # (..., 1)
+        return torch.logaddexp(F.logsigmoid(g) + self.gpcm(summary, key), F.logsigmoid(-g) + self.coral(summary, key))
+
+    def describe(self, summary: torch.Tensor, key: torch.Tensor) -> dict[str, torch.Tensor]:
+        out = self.gpcm.describe(summary, key) | self.coral.describe(summary, key)
+        return out | {"gpcm_weight": torch.sigmoid(self.gate(summary)).squeeze(-1)}
+
+
+class OrdinalDKVMN(DKVMN):
+    """DKVMN with an ordinal interaction embedding (and optional causal refinement) and an IRT-style head.
+
+    Not registered itself: the registered families below differ only in their head.
+    ``response_embedding``: one of RESPONSE_EMBEDDINGS. ``attention_window`` W > 0
+    refines each written value by attention over the W interactions before it;
+    the W raw embeddings then travel in the serving state.
+    """
+
+    name = "ordinal-dkvmn"
+    tiny_config = {"memory_size": 5, "key_dim": 8, "value_dim": 12, "summary_dim": 8}
+
+    def __init__(self, n_items: int, n_concepts: int, n_categories: int = 2, memory_size: int = 20,
+                 key_dim: int = 50, value_dim: int = 100, summary_dim: int = 50, dropout: float = 0.0,
+                 use_items: bool = True, response_embedding: str = "linear_decay", attention_window: int = 0,
+                 ability_scale: float = 1.0):
+        if response_embedding not in RESPONSE_EMBEDDINGS:
+            raise ValueError(f"response_embedding must be one of {RESPONSE_EMBEDDINGS}, got {response_embedding!r}")
+        if attention_window < 0:
+            raise ValueError(f"attention_window must be >= 0 (0 = off), got {attention_window}")
+        self.ability_scale = ability_scale  # read by _make_head inside DKVMN.__init__
+        super().__init__(n_items, n_concepts, n_categories, memory_size, key_dim, value_dim, summary_dim,
+                         dropout, use_items)
+        self.response_embedding, self.attention_window = response_embedding, attention_window
+        self.interaction = OrdinalInteractionEmbedding(n_items, n_concepts, n_categories, value_dim, use_items,
+                                                       response_embedding)
+        self.refiner = CausalRefiner(value_dim, attention_window) if attention_window else None
+
+    def config(self) -> dict[str, Any]:
+        return super().config() | dict(response_embedding=self.response_embedding,
+                                       attention_window=self.attention_window, ability_scale=self.ability_scale)
+
+    def _values(self, x: torch.Tensor, valid: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """Raw interaction embeddings (B, T, Dv) -> values to write, and the refiner's new cache."""
+        if self.refiner is None:
+            return x, {}
+        refined, cache, cache_valid = self.refiner(x, valid, state["cache"], state["cache_valid"])
+        return refined, {"cache": cache, "cache_valid": cache_valid}
+
+    # -- training path ---------------------------------------------------
+    def forward(self, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State]:
+        B, T = histories.shape
+        if state is None:  # value0 keeps its gradient, unlike init_state's detached copy
+            state = self.init_state(B) | {"memory": self.value0.unsqueeze(0).expand(B, -1, -1)}
+        key, weights = self._address(histories.items, histories.concepts)  # (B, T, Dk), (B, T, N)
+        raw = self.interaction(histories.items, histories.concepts, histories.responses)  # (B, T, Dv)
+        value, cache = self._values(raw, histories.mask, state)
+        memory = at_step_start = state["memory"]  # (B, N, Dv)
+        reads = []
+        for t in range(T):
+            new_step = histories.step_start[:, t] == t  # (B,)
+            at_step_start = torch.where(new_step.view(B, 1, 1), memory, at_step_start)
+            reads.append(self._read(weights[:, t], at_step_start))
+            written = self._write(memory, weights[:, t], value[:, t])
+            memory = torch.where(histories.mask[:, t].view(B, 1, 1), written, memory)
+        read = torch.stack(reads, dim=1)  # (B, T, Dv)
+        return self._log_probs(read, key), {"memory": memory} | cache
+
+    # -- serving path ----------------------------------------------------
+    def init_state(self, batch_size: int) -> State:
+        state = super().init_state(batch_size)
+        if self.refiner is not None:
+            m = state["memory"]
+            state["cache"] = m.new_zeros(batch_size, self.attention_window, self.value_dim)  # (B, W, Dv)
+            state["cache_valid"] = m.new_zeros(batch_size, self.attention_window)  # (B, W), 1.0 = filled
+        return state
+
+    def update(self, state: State, interaction: Interactions) -> State:
+        _, weights = self._address(interaction.items, interaction.concepts)
+        raw = self.interaction(interaction.items, interaction.concepts, interaction.responses)  # (B, Dv)
+        valid = torch.ones(raw.shape[0], 1, dtype=torch.bool, device=raw.device)
+        value, cache = self._values(raw.unsqueeze(1), valid, state)
+        return {"memory": self._write(state["memory"], weights, value[:, 0])} | cache
+
+    def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:
+        """The head's parameters for this query (theta, alpha, betas / CORAL score, tau) and the expected score."""
+        key, weights = self._address(query.items, query.concepts)
+        summary = torch.tanh(self.summary(torch.cat([self._read(weights, state["memory"]), key], dim=-1)))
+        probs = self.head(summary, key).exp()  # (B, K)
+        expected = (probs * torch.arange(self.n_categories, dtype=probs.dtype, device=probs.device)).sum(-1)
+        return self.head.describe(summary, key) | {"expected_score": expected}
+
+
+@register
+class DeepGPCM(OrdinalDKVMN):
+    name = "deep-gpcm"
+
+    def _make_head(self) -> nn.Module:
+        return GPCMHead(self.summary_dim, self.key_dim, self.n_categories, self.ability_scale)
+
+
+@register
+class DKVMNCoral(OrdinalDKVMN):
+    name = "dkvmn-coral"
+    tiny_config = OrdinalDKVMN.tiny_config | {"response_embedding": "learnable_decay"}
+
+    def _make_head(self) -> nn.Module:
+        return CoralHead(self.summary_dim, self.n_categories)
+
+
+@register
+class DeepGPCMBlend(OrdinalDKVMN):
+    name = "deep-gpcm-blend"
+    tiny_config = OrdinalDKVMN.tiny_config | {"attention_window": 3}
+
+    def _make_head(self) -> nn.Module:
+        return BlendHead(self.summary_dim, self.key_dim, self.n_categories, self.ability_scale)

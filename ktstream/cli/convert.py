@@ -1,0 +1,62 @@
+"""`ktstream convert`: turn a public KT data set into the canonical event log and print what happened.
+
+The converters live in ``connectors.datasets`` (ktstream itself reads only the
+canonical log); this command is the thin shell around them. The printed
+statistics (rows in, interactions out, rows merged, learners, ...) are the
+figures to quote with any result computed on the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+OUTPUT_SUFFIXES = (".jsonl", ".parquet")
+
+
+def register(sub) -> None:
+    from connectors.datasets import CONVERTERS
+
+    p = sub.add_parser(
+        "convert", help="convert a public KT data set to the canonical event log (JSONL or Parquet)",
+        description=__doc__.split("\n")[0].split(": ", 1)[1],
+        epilog="formats: " + ", ".join(sorted(CONVERTERS))
+               + ". Options apply only to the formats named in their help; giving one to another format is an error.")
+    p.add_argument("format", choices=sorted(CONVERTERS), metavar="FORMAT", help="source format")
+    p.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="source file(s) (ednet-kt1: also folders)")
+    p.add_argument("-o", "--output", required=True, type=Path, help="output path, .jsonl or .parquet")
+    p.add_argument("--keep-repeated-rows", action="store_true", default=None,
+                   help="akt, assistments-raw: keep multi-skill repeat rows as separate interactions "
+                        "(only to reproduce published numbers)")
+    p.add_argument("--concepts", metavar="MAP|auto|none",
+                   help="dkvmn: question -> concept map file (default auto: the data set's own map, else identity)")
+    p.add_argument("--info", metavar="FILE|auto|none",
+                   help="dkt-synthetic: info file with each exercise's concept (default auto)")
+    p.add_argument("--questions", metavar="FILE|auto|none",
+                   help="ednet-kt1: EdNet questions.csv (default auto: found beside the inputs)")
+    p.add_argument("--kc-column", metavar="NAME", help="datashop: KC model column (default KC(Default))")
+    p.add_argument("--validate", action="store_true", help="check every record against the event schema")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from connectors.datasets import convert
+    from connectors.datasets.exceptions import DatasetFormatError
+
+    if args.output.suffix not in OUTPUT_SUFFIXES:
+        print(f"ktstream convert: output must end in {' or '.join(OUTPUT_SUFFIXES)}: {args.output}", file=sys.stderr)
+        return 2
+    options = {}
+    for name in ("keep_repeated_rows", "concepts", "info", "questions", "kc_column"):
+        value = getattr(args, name)
+        if value is not None:
+            options[name] = None if value == "none" else value
+    try:
+        stats = convert(args.format, args.inputs, args.output, validate=args.validate, **options)
+    except (DatasetFormatError, ValueError, OSError) as exc:
+        print(f"ktstream convert: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps(stats.as_dict(), indent=2))
+    return 0

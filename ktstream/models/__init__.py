@@ -2,6 +2,6 @@
 
 from ktstream.models.base import KTModel, State, split_state, stack_states
 from ktstream.models.registry import create, family, names, register
-from ktstream.models import dkt, dkvmn  # noqa: F401  (registration)
+from ktstream.models import akt, dkt, dkvmn, ordinal, sakt, simplekt  # noqa: F401  (registration)
 
 __all__ = ["KTModel", "State", "create", "family", "names", "register", "split_state", "stack_states"]

@@ -1,0 +1,176 @@
+"""Windowed multi-head attention shared by SAKT, AKT and simpleKT.
+
+Position enters only as a bias computed from the distance between query and
+key (in interactions, and in seconds where both carry a clock), never as an
+absolute embedding, so cached keys/values stay valid when the window slides.
+
+Per head h, over the keys a query may see (``Window.allowed``) plus a learned
+"no history" slot (column 0, so a learner with no past gets a finite softmax):
+
+    alpha = softmax(q.k / sqrt(d) - softplus(theta_h) d - softplus(phi_h) log1p(s / 60))
+
+(the monotonic attention of AKT: the weight of a key decays exponentially with
+its distance ``d``, at a learned non-negative rate per head; ``s`` is elapsed
+seconds, whose term is 0 when either side has no clock). With the time-decay
+relation on (RKT; "Rethinking positional embedding"), per head
+
+    beta = lambda_h alpha + (1 - lambda_h) R,
+    R = softmax_j(w_h cos(r_t, r_j) + exp(-s_tj / tau_h)),
+
+``r`` a learned projection of the question embeddings (item similarity),
+``tau_h`` a learned time scale. Without a clock the time term contributes 0 and
+R is the item-similarity distribution. Masked keys are -inf before every
+softmax, so their weight is exactly 0 in alpha, R and beta; there is no second
+softmax after masking. With head routing (MoH), each position's heads are
+gated by a router that sees only that position's question embedding.
+
+Letters: B learners, Tq queries, S keys, H heads, D width.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class Window:
+    """Which keys each query sees and how far they are: (B, Tq, S) each."""
+
+    allowed: torch.Tensor
+    dist: torch.Tensor  # interactions between query anchor and key
+    secs: torch.Tensor  # elapsed seconds, 0 where unknown
+    timed: torch.Tensor  # both sides have a clock
+
+
+def window(q_pos: torch.Tensor, q_time: torch.Tensor, k_pos: torch.Tensor, k_valid: torch.Tensor,
+           k_time: torch.Tensor, width: int, include_self: bool) -> Window:
+    """Keys with ``q_pos - width <= k_pos < q_pos`` (``<=`` with ``include_self``)."""
+    d = q_pos.unsqueeze(-1) - k_pos.unsqueeze(1)  # (B, Tq, S)
+    allowed = k_valid.unsqueeze(1) & (d >= (0 if include_self else 1)) & (d <= width)
+    elapsed = q_time.unsqueeze(-1) - k_time.unsqueeze(1)  # float64 epoch seconds
+    timed = ~torch.isnan(elapsed)
+    secs = torch.where(timed, elapsed, 0.0).clamp(min=0.0).float()  # NaN never enters a graph
+    return Window(allowed, d.float(), secs, timed)
+
+
+class TimeDecayRelation(nn.Module):
+    """The relation term R and its per-head mixing weight lambda (see module docstring).
+
+    The relation vectors r (unit length, from the model's question embeddings)
+    are made once per interaction by the model and cached with the keys.
+    """
+
+    def __init__(self, heads: int):
+        super().__init__()
+        self.sim_weight = nn.Parameter(torch.ones(heads))
+        self.log_tau = nn.Parameter(torch.full((heads,), math.log(3600.0)))  # one hour to start
+        self.mix = nn.Parameter(torch.full((heads,), 1.0))  # lambda = sigmoid(mix)
+
+    def forward(self, alpha: torch.Tensor, r_q: torch.Tensor, r_k: torch.Tensor, win: Window) -> torch.Tensor:
+        H = alpha.shape[1]
+        sim = (r_q @ r_k.transpose(-1, -2)).unsqueeze(1)  # (B, 1, Tq, S)
+        decay = torch.exp(-win.secs.unsqueeze(1) / self.log_tau.exp().view(1, H, 1, 1))
+        decay = decay * win.timed.unsqueeze(1)  # no clock: the time term contributes nothing
+        logits = (sim * self.sim_weight.view(1, H, 1, 1) + decay).masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
+        none = ~win.allowed.any(-1)  # (B, Tq): nothing to relate to -> all mass on the null slot
+        null = torch.where(none, 0.0, NEG_INF).to(logits.dtype).unsqueeze(1).unsqueeze(-1).expand(-1, H, -1, 1)
+        rel = F.softmax(torch.cat([null, logits], -1), dim=-1)  # (B, H, Tq, 1+S)
+        lam = torch.sigmoid(self.mix).view(1, H, 1, 1)
+        return lam * alpha + (1 - lam) * rel
+
+
+class HeadRouter(nn.Module):
+    """Mixture-of-heads gates: ``shared`` heads always on, top-``topk`` of the rest per position.
+
+    Token-wise by construction: the gate of a position is a function of that
+    position's question embedding alone (never pooled, never fed responses).
+    """
+
+    def __init__(self, dim: int, heads: int, shared: int, topk: int):
+        super().__init__()
+        assert 0 <= shared < heads and 1 <= topk <= heads - shared, \
+            f"need 0 <= shared_heads < heads and 1 <= routed_topk <= heads - shared, got {shared}, {topk}, {heads}"
+        self.shared, self.topk = shared, topk
+        self.proj = nn.Linear(dim, heads - shared)
+
+    def forward(self, question: torch.Tensor) -> torch.Tensor:
+        logits = self.proj(question)  # (B, T, H - shared)
+        keep = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, logits.topk(self.topk, -1).indices, True)
+        routed = F.softmax(logits.masked_fill(~keep, NEG_INF), -1) * self.topk  # off heads: exactly 0
+        gates = torch.cat([torch.ones_like(logits[..., : self.shared]), routed], -1)  # (B, T, H)
+        return gates.transpose(1, 2).unsqueeze(-1)  # (B, H, T, 1)
+
+
+class WindowAttention(nn.Module):
+    def __init__(self, dim: int, heads: int, dropout: float = 0.0, kq_same: bool = False, relation: bool = False,
+                 shared_heads: int = 0, routed_topk: int = 0):
+        super().__init__()
+        assert dim % heads == 0, f"dim ({dim}) must be a multiple of heads ({heads})"
+        self.heads, self.dk = heads, dim // heads
+        self.k, self.v, self.o = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+        self.q = None if kq_same else nn.Linear(dim, dim)  # kq_same (AKT): query and key in one space
+        self.null_k = nn.Parameter(torch.randn(dim) * 0.1)
+        self.null_v = nn.Parameter(torch.zeros(dim))
+        self.theta = nn.Parameter(torch.full((heads,), -3.0))  # decay per interaction, softplus -> 0.05
+        self.phi = nn.Parameter(torch.full((heads,), -3.0))  # decay per log-minute
+        self.relation = TimeDecayRelation(heads) if relation else None
+        self.router = HeadRouter(dim, heads, shared_heads, routed_topk) if routed_topk else None
+        self.drop = nn.Dropout(dropout)
+
+    def kv(self, src_k: torch.Tensor, src_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """What a cache stores for a key: its projected key and value, (..., D) each."""
+        return self.k(src_k), self.v(src_v)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(*x.shape[:-1], self.heads, self.dk).transpose(-3, -2)  # (B, T, D) -> (B, H, T, dk)
+
+    def forward(self, x, k, v, win: Window, self_kv=None, route_in=None, rel=None):
+        """x (B, Tq, D) queries; k, v (B, S, D) keys; self_kv: per-query extra key/value
+        (B, Tq, D) each at distance 0; rel: (r_q (B, Tq, Dr), r_k (B, S, Dr)).
+        Returns the output (B, Tq, D) and the weights (B, H, Tq, 1 + S [+ 1])."""
+        B, Tq, D = x.shape
+        H, scale = self.heads, 1.0 / math.sqrt(self.dk)
+        q, kh, vh = self._heads((self.k if self.q is None else self.q)(x)), self._heads(k), self._heads(v)  # (B, H, Tq|S, dk)
+        bias = -F.softplus(self.theta).view(1, H, 1, 1) * win.dist.unsqueeze(1) \
+            - F.softplus(self.phi).view(1, H, 1, 1) * torch.log1p(win.secs / 60.0).unsqueeze(1)
+        logits = (q @ kh.transpose(-1, -2) * scale + bias).masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
+        null_k, null_v = self.null_k.view(H, 1, self.dk), self.null_v.view(H, 1, self.dk)
+        cols = [(q * null_k).sum(-1, keepdim=True) * scale, logits]  # null slot first
+        if self_kv is not None:
+            sk, sv = self._heads(self_kv[0]), self._heads(self_kv[1])
+            cols.append((q * sk).sum(-1, keepdim=True) * scale)
+        w = F.softmax(torch.cat(cols, -1), dim=-1)  # (B, H, Tq, 1 + S [+ 1])
+        if self.relation is not None:
+            assert self_kv is None, "the time-decay relation is for retrieval over past interactions only"
+            w = self.relation(w, rel[0], rel[1], win)
+        wd = self.drop(w)
+        S = kh.shape[-2]
+        out = wd[..., :1] * null_v + wd[..., 1: 1 + S] @ vh  # (B, H, Tq, dk)
+        if self_kv is not None:
+            out = out + wd[..., -1:] * sv
+        if self.router is not None:
+            out = out * self.router(route_in)
+        return self.o(out.transpose(1, 2).reshape(B, Tq, D)), w
+
+
+class Block(nn.Module):
+    """Attention then a position-wise feed-forward layer, each with residual and post-LayerNorm (AKT)."""
+
+    def __init__(self, dim: int, heads: int, ffn: int, dropout: float, **attention_options):
+        super().__init__()
+        self.attn = WindowAttention(dim, heads, dropout, **attention_options)
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.ffn = nn.Sequential(nn.Linear(dim, ffn), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn, dim))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win: Window, **kw):
+        a, w = self.attn(x, k, v, win, **kw)
+        x = self.ln1(x + self.drop(a))
+        return self.ln2(x + self.drop(self.ffn(x))), w

@@ -1,0 +1,92 @@
+"""Per-learner key/value caches of the attention models: the last W applied interactions.
+
+A cache is a plain state dict (leading dim B, so the engine can stack, split,
+select and store it like any other model state):
+
+- one (B, W, D) tensor per cached name (a layer's keys or values, or the
+  relation vectors), stored in fp32 or fp16;
+- ``time`` (B, W) float64 epoch seconds of each slot (NaN: no clock; 0: empty);
+- ``count`` (B,) int64, interactions applied so far.
+
+Slots are kept in order, oldest first and newest at slot W-1, so slot i holds
+interaction number ``count - W + i`` (empty when negative): positions are
+implied by the layout, never stored, and cached keys/values never need
+recomputation when the window slides (position enters attention only as a
+bias from distances). Empty slots hold zeros in every path, so the training
+path's final state and the serving path's state compare exactly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+State = dict[str, torch.Tensor]
+
+
+def empty(batch: int, width: int, dims: dict[str, int], dtype: torch.dtype, device=None) -> State:
+    state = {name: torch.zeros(batch, width, d, dtype=dtype, device=device) for name, d in dims.items()}
+    state["time"] = torch.zeros(batch, width, dtype=torch.float64, device=device)
+    state["count"] = torch.zeros(batch, dtype=torch.long, device=device)
+    return state
+
+
+@dataclass
+class KeySpace:
+    """The keys new queries may attend to: the cached slots followed by a chunk of new positions."""
+
+    pos: torch.Tensor  # (B, S) interaction number of each key
+    valid: torch.Tensor  # (B, S) a real, applied interaction
+    time: torch.Tensor  # (B, S) float64
+    values: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B, S, D), compute dtype
+    state: State | None = None
+    dtype: torch.dtype = torch.float32  # compute dtype (an fp16 cache is widened to it)
+
+    def extend(self, name: str, new: torch.Tensor | None) -> torch.Tensor:
+        """Cached slots of ``name`` followed by the chunk's new (B, T, D) entries."""
+        parts = [] if self.state is None else [self.state[name].to(self.dtype)]
+        if new is not None:
+            parts.append(new)
+        self.values[name] = torch.cat(parts, 1) if len(parts) > 1 else parts[0]
+        return self.values[name]
+
+
+def keyspace(state: State | None, new_pos: torch.Tensor | None = None, new_valid: torch.Tensor | None = None,
+             new_time: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> KeySpace:
+    """Positions, validity and times of cache ++ chunk (the chunk may be absent: predict)."""
+    pos, valid, time = [], [], []
+    if state is not None:
+        W = state["time"].shape[1]
+        cached = state["count"].unsqueeze(1) - W + torch.arange(W, device=state["count"].device)  # (B, W)
+        pos, valid, time = [cached], [cached >= 0], [state["time"]]
+    if new_pos is not None:
+        pos, valid, time = pos + [new_pos], valid + [new_valid], time + [new_time]
+    assert pos, "need a cache or new interactions"
+    return KeySpace(torch.cat(pos, 1), torch.cat(valid, 1), torch.cat(time, 1), state=state, dtype=dtype)
+
+
+def roll(ks: KeySpace, count: torch.Tensor, width: int, dtype: torch.dtype) -> State:
+    """The last ``width`` valid keys of ``ks`` per learner, in order, as a new cache (inputs untouched).
+
+    ``count`` (B,) is the number of interactions applied after the chunk.
+    """
+    slot = ks.pos - (count.unsqueeze(1) - width)  # (B, S): where each key lands
+    keep = ks.valid & (slot >= 0) & (slot < width)
+    index = torch.where(keep, slot, width)  # everything else goes to a spare slot that is cut off
+    B = index.shape[0]
+
+    def place(values: torch.Tensor) -> torch.Tensor:
+        out = values.new_zeros(B, width + 1, *values.shape[2:])
+        idx = index.view(B, -1, *([1] * (values.dim() - 2))).expand_as(values)
+        return out.scatter(1, idx, values)[:, :width]  # (B, W, ...)
+
+    state = {name: place(v).to(dtype) for name, v in ks.values.items()}
+    state["time"] = place(torch.where(keep, ks.time, 0.0))
+    state["count"] = count
+    return state
+
+
+def nbytes(state: State) -> int:
+    """Bytes of cached state per learner."""
+    return sum(v[0].numel() * v.element_size() for v in state.values())

@@ -1,0 +1,187 @@
+"""The skeleton shared by the attention families: one window, two paths, one set of caches.
+
+A family provides question and interaction embeddings and chooses its layers:
+
+- ``encoders``: stacks over past interactions (AKT's question and knowledge
+  encoders). The representation of interaction j is computed once, when j is
+  appended, attending to the W interactions before it and itself, and is never
+  recomputed; each layer caches its keys/values.
+- ``retriever``: the prediction for position t reads the W applied interactions
+  j with ``step_start[t] - W <= j < step_start[t]`` (all queries of a step see
+  the same keys). A query may first pass the ``query_encoder`` stack (AKT: the
+  question encoder, reading the cached window plus the query itself).
+
+Training (``forward``) runs the same computation over a whole chunk with
+per-layer sliding-window masks, after the carried cache if a state is given,
+and returns the cache after the chunk (``carries_state``). Serving ``predict``
+reads the cache only; ``update`` appends one interaction per learner and
+evicts the oldest. Distances count applied interactions (positions whose
+response is known), which is what the serving path appends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ktstream.data.histories import Histories, Interactions
+from ktstream.models import kvcache
+from ktstream.models.attention import Block, window
+from ktstream.models.base import KTModel, State
+
+CACHE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
+
+
+class WindowedKT(KTModel):
+    carries_state = True
+    key_source, value_source = "question", "interaction"  # encoder stacks (or raw embeddings) they come from
+    query_encoder: str | None = None
+
+    def __init__(self, n_items: int, n_concepts: int, n_categories: int, dim: int, heads: int, window: int,
+                 layers: int, dropout: float, ffn: int, time_decay: bool, relation_dim: int, shared_heads: int,
+                 routed_topk: int, cache_dtype: str, encoder_layers: dict[str, int], kq_same: bool = False):
+        super().__init__(n_items, n_concepts, n_categories)
+        if cache_dtype not in CACHE_DTYPES:
+            raise ValueError(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {cache_dtype!r}")
+        if window < 1 or layers < 1:
+            raise ValueError(f"window and layers must be >= 1, got {window}, {layers}")
+        self.dim, self.window, self.cache_dtype = dim, window, cache_dtype
+        self._config = dict(dim=dim, heads=heads, window=window, layers=layers, dropout=dropout, ffn=ffn,
+                            time_decay=time_decay, relation_dim=relation_dim, shared_heads=shared_heads,
+                            routed_topk=routed_topk, cache_dtype=cache_dtype)
+        opts = dict(shared_heads=shared_heads, routed_topk=routed_topk)
+        self.encoders = nn.ModuleDict({name: nn.ModuleList(Block(dim, heads, ffn, dropout, **opts) for _ in range(n))
+                                       for name, n in encoder_layers.items() if n > 0})
+        self.retriever = nn.ModuleList(Block(dim, heads, ffn, dropout, kq_same=kq_same, relation=time_decay, **opts)
+                                       for _ in range(layers))
+        self.relation_proj = nn.Linear(dim, relation_dim, bias=False) if time_decay else None
+        self.head = nn.Sequential(nn.Linear(2 * dim, ffn), nn.ReLU(), nn.Dropout(dropout),
+                                  nn.Linear(ffn, n_categories))
+
+    # -- family hooks ----------------------------------------------------
+    def embed_question(self, items: torch.Tensor, concepts: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def embed_interaction(self, items, concepts, responses, question: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    # -- shared pieces ---------------------------------------------------
+    def config(self) -> dict[str, Any]:
+        return dict(n_items=self.n_items, n_concepts=self.n_concepts, n_categories=self.n_categories, **self._config)
+
+    def receptive_field(self) -> int:
+        """Applied interactions before a query's step that can reach it (encoders reach W further per layer)."""
+        return self.window * (1 + max([len(b) for b in self.encoders.values()], default=0))
+
+    def cache_dims(self) -> dict[str, int]:
+        dims = {f"{name}_{i}_{kv}": self.dim for name, blocks in self.encoders.items()
+                for i in range(len(blocks)) for kv in "kv"}
+        dims.update({f"retriever_{i}_{kv}": self.dim for i in range(len(self.retriever)) for kv in "kv"})
+        if self.relation_proj is not None:
+            dims["relation"] = self.relation_proj.out_features
+        return dims
+
+    def _append(self, state: State | None, q, y, pos, applied, times) -> kvcache.KeySpace:
+        """Keys/values of new interactions (B, T) after the cache; encoder stacks run here."""
+        ks = kvcache.keyspace(state, pos, applied, times, q.dtype)
+        win = window(pos, times, ks.pos, ks.valid, ks.time, self.window, include_self=True) if self.encoders else None
+        source = {"question": q, "interaction": y}
+        for name, blocks in self.encoders.items():
+            h = source[name]
+            for i, blk in enumerate(blocks):
+                k, v = blk.attn.kv(h, h)
+                h, _ = blk(h, ks.extend(f"{name}_{i}_k", k), ks.extend(f"{name}_{i}_v", v), win, route_in=q)
+            source[name] = h  # (B, T, D), computed once per interaction
+        for i, blk in enumerate(self.retriever):
+            k, v = blk.attn.kv(source[self.key_source], source[self.value_source])
+            ks.extend(f"retriever_{i}_k", k)
+            ks.extend(f"retriever_{i}_v", v)
+        if self.relation_proj is not None:
+            ks.extend("relation", F.normalize(self.relation_proj(q), dim=-1))
+        return ks
+
+    def _retrieve(self, ks: kvcache.KeySpace, q: torch.Tensor, anchor: torch.Tensor, times: torch.Tensor):
+        """Queries (B, Tq) read the W keys before their anchor; returns (B, Tq, D) and the last weights."""
+        win = window(anchor, times, ks.pos, ks.valid, ks.time, self.window, include_self=False)
+        x, v = q, ks.values
+        if self.query_encoder in self.encoders:
+            for i, blk in enumerate(self.encoders[self.query_encoder]):
+                n = f"{self.query_encoder}_{i}"
+                x, _ = blk(x, v[n + "_k"], v[n + "_v"], win, self_kv=blk.attn.kv(x, x), route_in=q)
+        rel = None
+        if self.relation_proj is not None:
+            rel = (F.normalize(self.relation_proj(q), dim=-1), v["relation"])
+        for i, blk in enumerate(self.retriever):
+            x, w = blk(x, v[f"retriever_{i}_k"], v[f"retriever_{i}_v"], win, route_in=q, rel=rel)
+        return x, w
+
+    def _log_probs(self, x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(self.head(torch.cat([x, q], dim=-1)), dim=-1)
+
+    # -- training path ---------------------------------------------------
+    def forward(self, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State]:
+        h = histories
+        B, T = h.shape
+        applied = (h.mask & (h.responses >= 0)).long()  # what the serving path appends
+        n0 = state["count"] if state is not None else torch.zeros(B, dtype=torch.long, device=h.items.device)
+        before = applied.cumsum(1) - applied  # applied interactions earlier in the chunk
+        pos = n0.unsqueeze(1) + before  # (B, T) number of each new interaction
+        anchor = n0.unsqueeze(1) + before.gather(1, h.step_start)  # interactions applied before t's step
+        q = self.embed_question(h.items, h.concepts)
+        y = self.embed_interaction(h.items, h.concepts, h.responses, q)
+        ks = self._append(state, q, y, pos, applied.bool(), h.times)
+        x, _ = self._retrieve(ks, q, anchor, h.times)
+        final = kvcache.roll(ks, n0 + applied.sum(1), self.window, CACHE_DTYPES[self.cache_dtype])
+        return self._log_probs(x, q), final
+
+    # -- serving path ----------------------------------------------------
+    def init_state(self, batch_size: int) -> State:
+        p = next(self.parameters())
+        return kvcache.empty(batch_size, self.window, self.cache_dims(), CACHE_DTYPES[self.cache_dtype], p.device)
+
+    def _read(self, state: State, query: Interactions):
+        ks = kvcache.keyspace(state, dtype=next(self.parameters()).dtype)
+        for name in self.cache_dims():
+            ks.extend(name, None)
+        q = self.embed_question(query.items.unsqueeze(1), query.concepts.unsqueeze(1))  # (B, 1, D)
+        x, w = self._retrieve(ks, q, state["count"].unsqueeze(1), query.times.unsqueeze(1))
+        return x, w, q
+
+    def predict(self, state: State, query: Interactions) -> torch.Tensor:
+        x, _, q = self._read(state, query)
+        return self._log_probs(x, q)[:, 0].exp()
+
+    def update(self, state: State, interaction: Interactions) -> State:
+        i = interaction
+        B = len(i)
+        q = self.embed_question(i.items.unsqueeze(1), i.concepts.unsqueeze(1))
+        y = self.embed_interaction(i.items.unsqueeze(1), i.concepts.unsqueeze(1), i.responses.unsqueeze(1), q)
+        applied = torch.ones(B, 1, dtype=torch.bool, device=q.device)
+        ks = self._append(state, q, y, state["count"].unsqueeze(1), applied, i.times.unsqueeze(1))
+        return kvcache.roll(ks, state["count"] + 1, self.window, CACHE_DTYPES[self.cache_dtype])
+
+    def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:
+        """Attention of the last retriever layer over the cached past (slots oldest first).
+
+        ``attention`` (B, W) head average and ``attention_heads`` (B, H, W) on the
+        cached interactions, numbered by ``attention_positions`` (B, W; -1 empty);
+        ``attention_null`` (B,) the weight left on "no history"; ``attention_entropy``
+        (B,) mean per-head entropy (nats); ``head_diversity`` (B,) the heads'
+        Jensen-Shannon divergence (0: all heads attend alike); with head routing,
+        ``route_gates`` (B, H) the gate of each head for this query (0: off).
+        """
+        x, w, q = self._read(state, query)
+        w = w[:, :, 0]  # (B, H, 1 + W)
+        avg = w.mean(1)
+        entropy = lambda p: -(p * p.clamp(min=1e-12).log()).sum(-1)  # noqa: E731
+        W = self.window
+        out = {"attention": avg[:, 1:], "attention_heads": w[:, :, 1:], "attention_null": avg[:, 0],
+               "attention_entropy": entropy(w).mean(1), "head_diversity": entropy(avg) - entropy(w).mean(1),
+               "attention_positions": (state["count"].unsqueeze(1) - W + torch.arange(W)).clamp(min=-1)}
+        router = self.retriever[-1].attn.router
+        if router is not None:
+            out["route_gates"] = router(q)[:, :, 0, 0]
+        return out

@@ -1,0 +1,248 @@
+"""Attention families (SAKT, AKT, simpleKT): windows, options, exact-zero masking, routing, caches.
+
+The shared contract suite runs on the tiny configs; these tests add every option
+(time-decay relation, head routing, fp16 cache), history lengths around the
+window (1, W-1, W, 3W), clockless histories and prediction requests."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+
+from ktstream.data.histories import collate
+from ktstream.models import create, family, kvcache
+from ktstream.models.attention import HeadRouter, WindowAttention
+from ktstream.models.serving import replay
+
+N_ITEMS, N_CONCEPTS, W = 30, 12, 8
+FAMILIES = ["sakt", "akt", "simplekt"]
+OPTIONS = {"plain": {}, "time_decay": {"time_decay": True, "relation_dim": 4},
+           "routing": {"heads": 4, "shared_heads": 1, "routed_topk": 2},
+           "both": {"heads": 4, "shared_heads": 1, "routed_topk": 2, "time_decay": True, "relation_dim": 4}}
+
+
+def build(name, K=2, seed=0, **options):
+    torch.manual_seed(seed)
+    config = {**family(name).tiny_config, "window": W, **options}
+    return create(name, n_items=N_ITEMS, n_concepts=N_CONCEPTS, n_categories=K, **config).eval()
+
+
+def states_equal(a, b, atol=1e-5):
+    return all(torch.allclose(a[k].double(), b[k].double(), atol=atol, equal_nan=True) for k in a)
+
+
+def check_equivalence(model, hist, atol=1e-5):
+    with torch.no_grad():
+        log_probs, batch_state = model(hist)
+    served, served_state = replay(model, hist)
+    m = hist.mask
+    gap = (served[m] - log_probs.exp()[m]).abs().max()
+    assert gap <= atol, f"{model.name}: serving differs from training by {gap:.2e}"
+    return batch_state, served_state
+
+
+@pytest.mark.parametrize("name,option", itertools.product(FAMILIES, OPTIONS))
+def test_train_serve_equivalence_around_the_window(name, option, make_histories):
+    model = build(name, **OPTIONS[option])
+    _, hist = make_histories([1, W - 1, W, 3 * W], N_ITEMS, N_CONCEPTS, 2, seed=11)
+    batch_state, served_state = check_equivalence(model, hist)
+    assert states_equal(batch_state, served_state), f"{name}/{option}: final caches differ"
+    assert batch_state["count"].tolist() == [1, W - 1, W, 3 * W]
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_equivalence_without_clock_and_with_prediction_requests(name, make_histories):
+    model = build(name, K=3, **OPTIONS["both"])
+    _, hist = make_histories([3 * W, 2 * W + 1], N_ITEMS, N_CONCEPTS, 3, seed=12)
+    hist = hist.replace(times=torch.full_like(hist.times, float("nan")), responses=hist.responses.clone())
+    hist.responses[0, 5::4] = -1  # requests without outcome: predicted, never appended
+    batch_state, served_state = check_equivalence(model, hist)
+    assert states_equal(batch_state, served_state)
+    assert batch_state["count"][0] == int((hist.responses[0] >= 0).sum())
+
+
+@pytest.mark.parametrize("name,option", itertools.product(FAMILIES, ["time_decay", "routing"]))
+def test_chunks_with_carried_cache_equal_one_pass(name, option, make_histories):
+    model = build(name, **OPTIONS[option])
+    _, hist = make_histories([3 * W + 2, 2 * W, 5], N_ITEMS, N_CONCEPTS, 2, seed=13, step_prob=0.0)
+    with torch.no_grad():
+        full, full_state = model(hist)
+        parts, state = [], None
+        for start, stop in [(0, 5), (5, 6), (6, W + 9), (W + 9, 3 * W + 2)]:
+            out, state = model(hist.window(start, stop), state)
+            parts.append(out)
+    m = hist.mask
+    assert torch.allclose(torch.cat(parts, 1)[m], full[m], atol=1e-5)
+    assert states_equal(state, full_state)
+
+
+@pytest.mark.parametrize("name,option", itertools.product(FAMILIES, ["plain", "both"]))
+def test_current_response_and_later_do_not_reach_earlier_predictions(name, option, make_histories):
+    model = build(name, **OPTIONS[option])
+    _, hist = make_histories([3 * W, 3 * W], N_ITEMS, N_CONCEPTS, 2, seed=14)
+    with torch.no_grad():
+        base, _ = model(hist)
+        for t in [0, W - 1, W, 2 * W + 3]:
+            changed = hist.replace(responses=hist.responses.clone(), items=hist.items.clone(),
+                                   concepts=hist.concepts.clone(), times=hist.times.clone())
+            changed.responses[:, t:] = 1 - changed.responses[:, t:]
+            changed.items[:, t + 1:] = (changed.items[:, t + 1:] + 5) % (N_ITEMS - 2) + 2
+            changed.concepts[:, t + 1:] = 0
+            changed.times[:, t + 1:] += 9e5
+            out, _ = model(changed)
+            assert torch.allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-6, rtol=0), f"{name}: leak at {t}"
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_nothing_beyond_the_receptive_field_matters_and_the_window_does(name, make_histories):
+    model = build(name, **OPTIONS["time_decay"])
+    _, hist = make_histories([4 * W + 3], N_ITEMS, N_CONCEPTS, 2, seed=15, step_prob=0.0)
+    T, field = hist.shape[1], model.receptive_field()
+    old = hist.replace(responses=hist.responses.clone())
+    old.responses[:, : T - 1 - field] = 1 - old.responses[:, : T - 1 - field]
+    recent = hist.replace(responses=hist.responses.clone())
+    recent.responses[:, T - 4: T - 1] = 1 - recent.responses[:, T - 4: T - 1]
+    with torch.no_grad():
+        base, _ = model(hist)
+        assert torch.allclose(model(old)[0][:, -1], base[:, -1], atol=1e-6, rtol=0)
+        assert not torch.allclose(model(recent)[0][:, -1], base[:, -1], atol=1e-6)
+
+
+def record_attention(model):
+    """Every attention call of the next forward: (module, window, weights)."""
+    calls = []
+    hooks = [m.register_forward_hook(lambda mod, args, out: calls.append((mod, args[3], out[1])))
+             for m in model.modules() if isinstance(m, WindowAttention)]
+    return calls, hooks
+
+
+@pytest.mark.parametrize("name,option", itertools.product(FAMILIES, ["plain", "both"]))
+def test_masked_positions_get_exactly_zero_weight(name, option, make_histories):
+    model = build(name, **OPTIONS[option])
+    _, hist = make_histories([3 * W, W - 1], N_ITEMS, N_CONCEPTS, 2, seed=16, step_prob=0.4)
+    calls, hooks = record_attention(model)
+    with torch.no_grad():
+        model(hist)
+    for h in hooks:
+        h.remove()
+    T = hist.shape[1]
+    j = torch.arange(T)
+    ss = hist.step_start.unsqueeze(-1)  # (B, T, 1)
+    retrieval = hist.mask.unsqueeze(1) & (j >= ss - W) & (j < ss)  # what a prediction may read
+    encoding = hist.mask.unsqueeze(1) & (j >= j.view(-1, 1) - W) & (j <= j.view(-1, 1))  # an appended position
+    assert len(calls) == sum(1 for m in model.modules() if isinstance(m, WindowAttention)) + \
+        (len(model.encoders[model.query_encoder]) if model.query_encoder in model.encoders else 0)
+    for module, win, w in calls:
+        keys = w[..., 1: 1 + T]  # (B, H, T, T): without the null slot and a query's own slot
+        appending = bool(win.allowed.diagonal(dim1=1, dim2=2).any())  # encoder over interactions
+        expected = encoding if appending else retrieval
+        real = hist.mask.unsqueeze(-1)  # padded query rows are never read
+        assert torch.equal(win.allowed & real, expected & real), "window differs from the step/window semantics"
+        assert bool((keys.masked_select(~win.allowed.unsqueeze(1)) == 0).all()), "masked key with weight != 0"
+        assert torch.allclose(w.sum(-1), torch.ones_like(w[..., 0]), atol=1e-5)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_first_interaction_predicts_from_an_empty_cache(name, make_histories):
+    model = build(name, **OPTIONS["both"])
+    _, hist = make_histories([5, 5], N_ITEMS, N_CONCEPTS, 2, seed=17)
+    state = model.init_state(2)
+    probs = model.predict(state, hist.at(0))
+    assert torch.isfinite(probs).all() and torch.allclose(probs.sum(-1), torch.ones(2))
+    info = model.describe(state, hist.at(0))
+    assert torch.equal(info["attention"], torch.zeros(2, W)) and torch.allclose(info["attention_null"], torch.ones(2))
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_describe_reports_weights_over_the_cached_past(name, make_histories):
+    model = build(name, **OPTIONS["routing"])
+    _, hist = make_histories([W + 3, 2], N_ITEMS, N_CONCEPTS, 2, seed=18, step_prob=0.0)
+    _, state = replay(model, hist)
+    info = model.describe(state, hist.at(0))
+    assert torch.allclose(info["attention"].sum(-1) + info["attention_null"], torch.ones(2), atol=1e-5)
+    assert torch.allclose(info["attention_heads"].mean(1), info["attention"], atol=1e-6)
+    assert info["attention_positions"][0].tolist() == list(range(3, W + 3))
+    assert info["attention_positions"][1].tolist() == [-1] * (W - 2) + [0, 1]
+    assert bool((info["attention"][1, : W - 2] == 0).all())  # empty slots
+    assert bool((info["attention_entropy"] >= 0).all()) and bool((info["head_diversity"] >= -1e-6).all())
+    gates = info["route_gates"]  # 1 shared + top-2 of 3 routed heads on, one head exactly off
+    assert gates.shape == (2, 4) and ((gates > 0).sum(-1) == 3).all() and (gates[:, 0] == 1).all()
+
+
+@pytest.mark.parametrize("name", ["akt", "simplekt", "sakt"])
+def test_routing_is_token_wise_and_never_sees_responses(name, make_histories):
+    model = build(name, **OPTIONS["routing"])
+    _, hist = make_histories([2 * W, 2 * W], N_ITEMS, N_CONCEPTS, 2, seed=19)
+    t = W + 2
+    other = hist.replace(items=hist.items.clone(), concepts=hist.concepts.clone(), responses=1 - hist.responses)
+    keep = torch.arange(hist.shape[1]) == t
+    other.items[:, ~keep] = (other.items[:, ~keep] + 3) % (N_ITEMS - 2) + 2
+    other.concepts[:, ~keep] = (other.concepts[:, ~keep] + 1) % N_CONCEPTS
+
+    def gates(h):
+        seen = []
+        hooks = [m.register_forward_hook(lambda mod, args, out: seen.append(out))
+                 for m in model.modules() if isinstance(m, HeadRouter)]
+        with torch.no_grad():
+            model(h)
+        for hk in hooks:
+            hk.remove()
+        return seen
+
+    a, b = gates(hist), gates(other)
+    assert a and len(a) == len(b)
+    for ga, gb in zip(a, b):  # every router call of every layer: (B, H, T, 1)
+        assert torch.equal(ga[:, :, t], gb[:, :, t]), "a position's routing moved with other positions"
+        assert not torch.equal(ga, gb)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_fp16_cache_halves_storage_and_stays_close(name, make_histories):
+    full, half = build(name), build(name, cache_dtype="float16")
+    _, hist = make_histories([3 * W, W], N_ITEMS, N_CONCEPTS, 2, seed=20)
+    with torch.no_grad():
+        reference, _ = full(hist)
+    served, state = replay(half, hist)
+    assert all(state[k].dtype == torch.float16 for k in half.cache_dims())
+    clock = 8 * W + 8  # float64 times and the count stay as they are
+    assert kvcache.nbytes(state) - clock == (kvcache.nbytes(full.init_state(1)) - clock) // 2
+    gap = (served[hist.mask] - reference.exp()[hist.mask]).abs().max()
+    assert gap < 5e-3, f"fp16 storage moved predictions by {gap:.2e}"  # storage rounding only (documented)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_time_decay_uses_the_clock_and_tolerates_its_absence(name, make_histories):
+    model = build(name, **OPTIONS["time_decay"])
+    _, hist = make_histories([2 * W, W], N_ITEMS, N_CONCEPTS, 2, seed=21)
+    stretched = hist.replace(times=hist.times[:, :1] + (hist.times - hist.times[:, :1]) * 30)
+    clockless = hist.replace(times=torch.full_like(hist.times, float("nan")))
+    with torch.no_grad():
+        assert not torch.allclose(model(hist)[0], model(stretched)[0], atol=1e-4)
+    model.train()
+    out, _ = model(clockless)
+    out[hist.mask].sum().backward()
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
+
+
+def test_unseen_items_get_their_concepts_representation():
+    model = build("akt")
+    with torch.no_grad():
+        model.rasch.difficulty.weight.normal_()
+    concepts = torch.tensor([[[3, 4]]])
+    unknown = model.embed_question(torch.tensor([[1]]), concepts)
+    known = model.embed_question(torch.tensor([[7]]), concepts)
+    assert torch.allclose(unknown, model.rasch.concept(concepts).mean(-2))
+    assert not torch.allclose(known, unknown)
+
+
+def test_a_cached_learner_is_independent_of_batch_order(make_histories):
+    model = build("akt", **OPTIONS["both"])
+    learners, _ = make_histories([2 * W, 3, 3 * W], N_ITEMS, N_CONCEPTS, 2, seed=22)
+    order = np.array([2, 0, 1])
+    a, _ = replay(model, collate(learners))
+    b, _ = replay(model, collate([learners[i] for i in order]))
+    assert torch.allclose(a[2, : 3 * W], b[0, : 3 * W], atol=1e-6)

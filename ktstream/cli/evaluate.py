@@ -55,6 +55,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--out", type=Path, default=None, help="folder for results.json and results.md")
+    p.add_argument("--checkpoint", type=Path, default=None, help="also save the selected model here")
     p.set_defaults(func=run)
 
 
@@ -112,7 +113,13 @@ def run(args: argparse.Namespace) -> int:
         train, valid, test, rows = load_benchmark_splits(args.dataset, args.fold, args.keep_repeated_rows)
         if args.random_labels:
             train, valid, test = (coin_flip_labels(r, args.seed + i) for i, r in enumerate((train, valid, test)))
-        result = benchmark(args.model, train, valid, test, cfg, kwargs)
+        artifacts: dict = {}
+        result = benchmark(args.model, train, valid, test, cfg, kwargs, artifacts)
+        if args.checkpoint:
+            from ktstream.models.checkpoint import save_checkpoint
+
+            save_checkpoint(args.checkpoint, artifacts["model"], artifacts["items"], artifacts["concepts"],
+                            f"{args.model}-{args.dataset}-fold{args.fold}")
         result.update(dataset=args.dataset, fold=args.fold, rows=rows)
     else:
         records = _stream(args)

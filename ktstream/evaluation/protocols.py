@@ -51,7 +51,10 @@ def _result(model_name: str, model, fit_result: FitResult, test: dict, counts: d
 
 
 def benchmark(model_name: str, train_recs: Sequence[dict], valid_recs: Sequence[dict], test_recs: Sequence[dict],
-              cfg: TrainConfig | None = None, model_kwargs: dict | None = None) -> dict[str, Any]:
+              cfg: TrainConfig | None = None, model_kwargs: dict | None = None,
+              artifacts: dict | None = None) -> dict[str, Any]:
+    """Train, select on valid, test once. ``artifacts``, when given, receives the
+    selected model and its vocabularies (to save a checkpoint)."""
     cfg = cfg or TrainConfig()
     items, concepts = build_vocabularies(train_recs)
     train, valid, test = (encode(r, items, concepts) for r in (train_recs, valid_recs, test_recs))
@@ -62,6 +65,8 @@ def benchmark(model_name: str, train_recs: Sequence[dict], valid_recs: Sequence[
     model = create(model_name, n_items=len(items), n_concepts=len(concepts),
                    n_categories=n_categories_of(train_recs), **(model_kwargs or {}))
     fit_result = fit(model, train, valid, cfg)
+    if artifacts is not None:
+        artifacts.update(model=model, items=items, concepts=concepts)
     started = time.time()
     test_metrics = _metrics(test, predict_histories(model, test, cfg.eval_batch_size, next(model.parameters()).device))
     counts = {"train_learners": len(train), "valid_learners": len(valid), "test_learners": len(test),

@@ -1,0 +1,127 @@
+"""Time-ordered replay: the three windows of a fine-tuning cycle, cut by event time (invariant 5).
+
+Given a cutoff C and a horizon H (epoch milliseconds):
+
+- training: every event with event time < C;
+- selection (early stopping): events in [C, C+H), each predicted with the
+  learner's whole earlier history as context (``select`` holds events < C+H,
+  ``select_scored`` marks the ones scored);
+- promotion: events in [C+H, C+2H), likewise (``judge``, ``judge_scored``).
+
+Vocabularies (and so every id a model can tell apart) come from events < C
+only: ids first seen later encode as unknown (index 1). With a ``base``
+vocabulary (the serving model's), ids first seen before C are appended after
+its ids, so the base model's rows keep their indices (see ``warmstart``).
+
+The loader *enforces* the cut: `assert_before` checks the event time of every
+position of every training history and raises `LeakageError` on one at or
+after C (or without a clock); `build_replay` calls it where it builds the
+training histories, and fine-tuning calls it again on the exact list it hands
+to the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ktstream.data.histories import LearnerHistory, build_vocabularies, encode
+from ktstream.data.vocab import Vocabulary
+from ktstream.exceptions import LeakageError
+from ktstream.finetune.exceptions import FinetuneError
+
+
+def assert_before(histories: Sequence[LearnerHistory], cutoff_ms: int, what: str = "training") -> None:
+    """Raise `LeakageError` if any position's event time is >= cutoff_ms (or unknown).
+
+    Times in histories are float64 seconds (event_time / 1000); dividing the
+    cutoff the same way keeps the comparison exact: t_ms >= C implies t_ms/1000 >= C/1000.
+    """
+    limit = cutoff_ms / 1000.0
+    for h in histories:
+        bad = ~(h.times < limit)  # NaN (no clock) counts as bad: it cannot be shown to precede C
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise LeakageError(f"{what} history of learner {h.learner_id!r} holds event {h.event_ids[i]!r} at "
+                               f"{h.times[i] * 1000.0:.0f} ms, not before the cutoff {cutoff_ms} ms")
+
+
+def extend_vocabulary(base: Vocabulary | None, ids: Iterable[str]) -> Vocabulary:
+    """``base``'s ids, then the new ones in first-seen order (a fresh vocabulary without a base).
+
+    >>> extend_vocabulary(Vocabulary(["q1"]), ["q2", "q1", "q3"]).ids
+    ['q1', 'q2', 'q3']
+    """
+    known = list(base.ids) if base is not None else []
+    seen = dict.fromkeys(known)
+    for x in ids:
+        seen.setdefault(x, None)
+    return Vocabulary(list(seen))
+
+
+@dataclass
+class ReplayData:
+    cutoff_ms: int
+    horizon_ms: int
+    items: Vocabulary
+    concepts: Vocabulary
+    n_categories: int
+    train: list[LearnerHistory]
+    select: list[LearnerHistory]
+    select_scored: list[np.ndarray]
+    judge: list[LearnerHistory]
+    judge_scored: list[np.ndarray]
+    counts: dict[str, Any] = field(default_factory=dict)
+
+    def window(self) -> dict[str, Any]:
+        """The data window as recorded in the registry (C, H, counts)."""
+        return {"cutoff_ms": self.cutoff_ms, "horizon_ms": self.horizon_ms, **self.counts}
+
+
+def _scored(histories: list[LearnerHistory], from_ms: int) -> list[np.ndarray]:
+    return [h.times >= from_ms / 1000.0 for h in histories]
+
+
+def build_replay(records: Iterable[dict[str, Any]], cutoff_ms: int, horizon_ms: int,
+                 base: tuple[Vocabulary, Vocabulary] | None = None, n_categories: int | None = None) -> ReplayData:
+    """Cut ``records`` (any order) into the three windows; vocabularies from events < cutoff only."""
+    if horizon_ms <= 0:
+        raise ValueError(f"horizon must be positive, got {horizon_ms} ms")
+    C, H = cutoff_ms, horizon_ms
+    recs = [r for r in records if r.get("event_time") is None or r["event_time"] < C + 2 * H]
+    if any(r.get("event_time") is None for r in recs):
+        raise FinetuneError("time-ordered replay needs an event_time on every event")
+    before = [r for r in recs if r["event_time"] < C]
+    if not before:
+        raise FinetuneError(f"no events before the cutoff {C}")
+    if base is None:
+        items, concepts = build_vocabularies(before)
+    else:
+        items = extend_vocabulary(base[0], (r["item_id"] for r in before))
+        concepts = extend_vocabulary(base[1], (c for r in before for c in r.get("concept_ids") or ()))
+    train = encode(before, items, concepts)
+    assert_before(train, C, "training")
+    select = encode([r for r in recs if r["event_time"] < C + H], items, concepts)
+    judge = encode(recs, items, concepts)
+    assert_before(select, C + H, "selection")
+    seen_k = 1 + max(r.get("response", 0) for r in before)
+    data = ReplayData(C, H, items, concepts, n_categories or max(2, seen_k), train, select, _scored(select, C),
+                      judge, _scored(judge, C + H))
+    data.counts = {"train_events": len(before), "select_events": int(sum(s.sum() for s in data.select_scored)),
+                   "judge_events": int(sum(s.sum() for s in data.judge_scored)), "learners": len(judge),
+                   "items": len(items) - 2, "concepts": len(concepts) - 2,
+                   "new_items": len(items) - (len(base[0]) if base else 2),
+                   "new_concepts": len(concepts) - (len(base[1]) if base else 2)}
+    return data
+
+
+def window_only(histories: Sequence[LearnerHistory], scored: Sequence[np.ndarray]) -> list[LearnerHistory]:
+    """The scored tail of each history as a history of its own (for the gate's disjoint splits)."""
+    out = []
+    for h, s in zip(histories, scored):
+        idx = np.flatnonzero(s)
+        if len(idx):
+            out.append(h.slice(int(idx[0]), len(h)))
+    return out

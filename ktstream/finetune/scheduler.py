@@ -1,0 +1,140 @@
+"""The trainer loop: replay -> fine-tune -> gate -> promote or reject, every N events or T of event time.
+
+One cycle (``run_cycle``) at cutoff C, horizon H:
+
+1. ``build_replay``: windows < C, [C, C+H), [C+H, C+2H); vocabularies from < C,
+   extending the serving model's (warm start);
+2. ``fine_tune`` the serving model (or train ``family`` from scratch when the
+   registry is empty);
+3. ``judge``: leakage gate, then paired bootstrap against the serving model;
+4. publish a new immutable version, or keep the candidate under ``rejected/``
+   with its report.
+
+A model whose judge window ends at C+2H can only be put into service once the
+archive holds events up to C+2H, so the ``Trainer`` picks C = watermark - 2H,
+where the watermark is the newest archived event time minus ``lateness``.
+It runs a cycle when C has moved ``every_ms`` of event time past the last
+cycle's cutoff, or ``every_events`` archived events have arrived since; after
+a restart it resumes from the latest version's recorded cutoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable
+
+from ktstream.data.archive_reader import archive_summary, read_archive
+from ktstream.finetune.finetune import FinetuneConfig, fine_tune
+from ktstream.finetune.metrics import FinetuneMetrics
+from ktstream.finetune.promotion import PromotionConfig, judge, promotion_config_dict
+from ktstream.finetune.registry import ModelRegistry
+from ktstream.finetune.replay import build_replay
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CycleResult:
+    cutoff_ms: int
+    horizon_ms: int
+    outcome: str  # promoted | rejected
+    name: str  # the new version, or the rejected candidate's folder
+    parent: str | None
+    decision: dict[str, Any]
+    finetune: dict[str, Any]
+    window: dict[str, Any]
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_cycle(records: Iterable[dict[str, Any]], cutoff_ms: int, horizon_ms: int, registry: ModelRegistry,
+              family: str = "dkt", model_kwargs: dict | None = None, ft: FinetuneConfig | None = None,
+              promotion: PromotionConfig | None = None, metrics: FinetuneMetrics | None = None) -> CycleResult:
+    started = time.time()
+    ft, promotion = ft or FinetuneConfig(), promotion or PromotionConfig()
+    parent = registry.latest()
+    serving = registry.get(parent) if parent else None
+    base = (serving.items, serving.concepts) if serving else None
+    data = build_replay(records, cutoff_ms, horizon_ms, base, serving.model.n_categories if serving else None)
+    result = fine_tune(data, serving.model if serving else None, ft, family, model_kwargs)
+    decision = judge(result, (serving.model, serving.items, serving.concepts) if serving else None, data, promotion)
+    payload = {"family": result.model.name, "parent": parent, "window": data.window(),
+               "finetune": result.to_dict(), "promotion": decision.to_dict(),
+               "promotion_config": promotion_config_dict(promotion)}
+    if decision.promote:
+        name, outcome = registry.publish(result.model.cpu(), result.items, result.concepts, payload), "promoted"
+    else:
+        name, outcome = registry.reject(result.model.cpu(), result.items, result.concepts, payload,
+                                        label=f"c{cutoff_ms}"), "rejected"
+    log.info("cutoff %d: %s as %s (%s)", cutoff_ms, outcome, name, "; ".join(decision.reasons))
+    cycle = CycleResult(cutoff_ms, horizon_ms, outcome, name, parent, decision.to_dict(), result.to_dict(),
+                        data.window(), time.time() - started)
+    if metrics is not None:
+        metrics.observe(cycle)
+    return cycle
+
+
+class Trainer:
+    """Watches the archive and runs cycles when due (see the module docstring)."""
+
+    def __init__(self, archive: str, registry: ModelRegistry, horizon_ms: int, every_ms: int | None = None,
+                 every_events: int | None = None, lateness_ms: int = 0, family: str = "dkt",
+                 model_kwargs: dict | None = None, ft: FinetuneConfig | None = None,
+                 promotion: PromotionConfig | None = None, metrics: FinetuneMetrics | None = None):
+        if every_ms is None and every_events is None:
+            raise ValueError("set every_ms (event time between cycles) or every_events, or both")
+        self.archive, self.registry, self.horizon_ms = archive, registry, horizon_ms
+        self.every_ms, self.every_events, self.lateness_ms = every_ms, every_events, lateness_ms
+        self.family, self.model_kwargs, self.ft, self.promotion = family, model_kwargs, ft, promotion
+        self.metrics = metrics or FinetuneMetrics()
+        latest = registry.latest()
+        self.last_cutoff = registry.metrics(latest)["window"]["cutoff_ms"] if latest else None
+        self.rows_at_last = 0
+        if latest:
+            self.metrics.version.info({"version": latest})
+
+    def next_cutoff(self) -> int | None:
+        """The cutoff of the cycle due now, or None."""
+        s = archive_summary(self.archive)
+        if s["max_event_time_ms"] is None:
+            return None
+        cutoff = s["max_event_time_ms"] - self.lateness_ms - 2 * self.horizon_ms
+        if cutoff <= s["min_event_time_ms"]:
+            return None  # not one event before C yet
+        if self.last_cutoff is None:
+            return cutoff
+        by_time = self.every_ms is not None and cutoff - self.last_cutoff >= self.every_ms
+        by_count = self.every_events is not None and s["rows"] - self.rows_at_last >= self.every_events
+        return cutoff if cutoff > self.last_cutoff and (by_time or by_count) else None
+
+    def run_once(self) -> CycleResult | None:
+        cutoff = self.next_cutoff()
+        if cutoff is None:
+            return None
+        started = time.time()
+        rows = archive_summary(self.archive)["rows"]
+        try:
+            records = read_archive(self.archive, end_ms=cutoff + 2 * self.horizon_ms)
+            cycle = run_cycle(records, cutoff, self.horizon_ms, self.registry, self.family, self.model_kwargs,
+                              self.ft, self.promotion, self.metrics)
+        except Exception:
+            self.metrics.failed(time.time() - started)
+            raise
+        finally:  # a failed cycle is not retried at the same cutoff; the next one comes at the next interval
+            self.last_cutoff, self.rows_at_last = cutoff, rows
+        return cycle
+
+    def run(self, poll_s: float = 60.0, should_stop: Callable[[], bool] = lambda: False) -> None:
+        """Loop until ``should_stop``; a failed cycle is logged and counted, and the loop goes on."""
+        while not should_stop():
+            try:
+                self.run_once()
+            except Exception:  # noqa: BLE001 - the service keeps running; the failure is counted and logged
+                log.exception("fine-tuning cycle failed")
+            deadline = time.monotonic() + poll_s
+            while time.monotonic() < deadline and not should_stop():
+                time.sleep(min(1.0, poll_s))

@@ -39,17 +39,25 @@ class KeySpace:
     pos: torch.Tensor  # (B, S) interaction number of each key
     valid: torch.Tensor  # (B, S) a real, applied interaction
     time: torch.Tensor  # (B, S) float64
-    values: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B, S, D), compute dtype
     state: State | None = None
     dtype: torch.dtype = torch.float32  # compute dtype (an fp16 cache is widened to it)
+    new: dict[str, torch.Tensor | None] = field(default_factory=dict)  # name -> (B, T, D) chunk entries
+    _full: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def add(self, name: str, new: torch.Tensor | None) -> None:
+        self.new[name] = new
+
+    def full(self, name: str) -> torch.Tensor:
+        """(B, S, D): the cached slots of ``name`` followed by the chunk's entries (made once)."""
+        if name not in self._full:
+            parts = [] if self.state is None else [self.state[name].to(self.dtype)]
+            parts += [] if self.new.get(name) is None else [self.new[name]]
+            self._full[name] = torch.cat(parts, 1) if len(parts) > 1 else parts[0]
+        return self._full[name]
 
     def extend(self, name: str, new: torch.Tensor | None) -> torch.Tensor:
-        """Cached slots of ``name`` followed by the chunk's new (B, T, D) entries."""
-        parts = [] if self.state is None else [self.state[name].to(self.dtype)]
-        if new is not None:
-            parts.append(new)
-        self.values[name] = torch.cat(parts, 1) if len(parts) > 1 else parts[0]
-        return self.values[name]
+        self.add(name, new)
+        return self.full(name)
 
 
 def keyspace(state: State | None, new_pos: torch.Tensor | None = None, new_valid: torch.Tensor | None = None,
@@ -81,9 +89,22 @@ def roll(ks: KeySpace, count: torch.Tensor, width: int, dtype: torch.dtype) -> S
         idx = index.view(B, -1, *([1] * (values.dim() - 2))).expand_as(values)
         return out.scatter(1, idx, values)[:, :width]  # (B, W, ...)
 
-    state = {name: place(v).to(dtype) for name, v in ks.values.items()}
+    state = {name: place(ks.full(name)).to(dtype) for name in ks.new}
     state["time"] = place(torch.where(keep, ks.time, 0.0))
     state["count"] = count
+    return state
+
+
+def shift(ks: KeySpace, dtype: torch.dtype) -> State:
+    """The cache after exactly one new interaction per learner (serving ``update``): one copy.
+
+    Same result as ``roll`` for that case: the oldest slot is evicted, the new
+    entry lands in slot W-1.
+    """
+    assert ks.state is not None and all(v.shape[1] == 1 for v in ks.new.values()), "shift appends one per learner"
+    state = {name: torch.cat([ks.state[name][:, 1:], new.to(dtype)], 1) for name, new in ks.new.items()}
+    state["time"] = torch.cat([ks.state["time"][:, 1:], ks.time[:, -1:]], 1)
+    state["count"] = ks.state["count"] + 1
     return state
 
 

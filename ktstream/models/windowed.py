@@ -39,6 +39,7 @@ class WindowedKT(KTModel):
     carries_state = True
     key_source, value_source = "question", "interaction"  # encoder stacks (or raw embeddings) they come from
     query_encoder: str | None = None
+    query_block = 256  # queries per attention block in forward (memory, not results)
 
     def __init__(self, n_items: int, n_concepts: int, n_categories: int, dim: int, heads: int, window: int,
                  layers: int, dropout: float, ffn: int, time_decay: bool, relation_dim: int, shared_heads: int,
@@ -84,38 +85,71 @@ class WindowedKT(KTModel):
             dims["relation"] = self.relation_proj.out_features
         return dims
 
+    def _blocks(self, q_pos, q_time, ks: kvcache.KeySpace, n_new: int, include_self: bool):
+        """Queries in blocks of ``query_block``, each with the slice of keys it can see.
+
+        Exact (every key a query may see is in its slice) and keeps memory at
+        O(T (block + W)) for long histories; key positions never decrease along S.
+        """
+        T, S, out = q_pos.shape[1], ks.pos.shape[1], []
+        for s in range(0, T, self.query_block):
+            e = min(T, s + self.query_block)
+            first = q_pos[:, s:e].min(1, keepdim=True).values - self.window  # (B, 1)
+            lo = int(torch.searchsorted(ks.pos, first).min())
+            hi = S - n_new + e  # keys after the block's last position are never visible
+            win = window(q_pos[:, s:e], q_time[:, s:e], ks.pos[:, lo:hi], ks.valid[:, lo:hi], ks.time[:, lo:hi],
+                         self.window, include_self)
+            out.append((s, e, lo, hi, win))
+        return out
+
+    @staticmethod
+    def _attend(blk, x, k, v, blocks, route_in, self_kv=None, rel=None):
+        """Run ``blk`` block by block; returns (B, T, D) and the last block's weights."""
+        outs = []
+        for s, e, lo, hi, win in blocks:
+            kw = dict(route_in=route_in[:, s:e])
+            if self_kv is not None:
+                kw["self_kv"] = (self_kv[0][:, s:e], self_kv[1][:, s:e])
+            if rel is not None:
+                kw["rel"] = (rel[0][:, s:e], rel[1][:, lo:hi])
+            o, w = blk(x[:, s:e], k[:, lo:hi], v[:, lo:hi], win, **kw)
+            outs.append(o)
+        return torch.cat(outs, 1), w
+
     def _append(self, state: State | None, q, y, pos, applied, times) -> kvcache.KeySpace:
         """Keys/values of new interactions (B, T) after the cache; encoder stacks run here."""
         ks = kvcache.keyspace(state, pos, applied, times, q.dtype)
-        win = window(pos, times, ks.pos, ks.valid, ks.time, self.window, include_self=True) if self.encoders else None
+        blocks = self._blocks(pos, times, ks, pos.shape[1], include_self=True) if self.encoders else None
         source = {"question": q, "interaction": y}
-        for name, blocks in self.encoders.items():
+        for name, stack in self.encoders.items():
             h = source[name]
-            for i, blk in enumerate(blocks):
+            for i, blk in enumerate(stack):
                 k, v = blk.attn.kv(h, h)
-                h, _ = blk(h, ks.extend(f"{name}_{i}_k", k), ks.extend(f"{name}_{i}_v", v), win, route_in=q)
+                h, _ = self._attend(blk, h, ks.extend(f"{name}_{i}_k", k), ks.extend(f"{name}_{i}_v", v), blocks, q)
             source[name] = h  # (B, T, D), computed once per interaction
         for i, blk in enumerate(self.retriever):
             k, v = blk.attn.kv(source[self.key_source], source[self.value_source])
-            ks.extend(f"retriever_{i}_k", k)
-            ks.extend(f"retriever_{i}_v", v)
+            ks.add(f"retriever_{i}_k", k)
+            ks.add(f"retriever_{i}_v", v)
         if self.relation_proj is not None:
-            ks.extend("relation", F.normalize(self.relation_proj(q), dim=-1))
+            ks.add("relation", F.normalize(self.relation_proj(q), dim=-1))
         return ks
 
-    def _retrieve(self, ks: kvcache.KeySpace, q: torch.Tensor, anchor: torch.Tensor, times: torch.Tensor):
+    def _retrieve(self, ks: kvcache.KeySpace, q: torch.Tensor, anchor: torch.Tensor, times: torch.Tensor,
+                  n_new: int):
         """Queries (B, Tq) read the W keys before their anchor; returns (B, Tq, D) and the last weights."""
-        win = window(anchor, times, ks.pos, ks.valid, ks.time, self.window, include_self=False)
-        x, v = q, ks.values
+        blocks = self._blocks(anchor, times, ks, n_new, include_self=False)
+        v = ks.full
+        x = q
         if self.query_encoder in self.encoders:
             for i, blk in enumerate(self.encoders[self.query_encoder]):
                 n = f"{self.query_encoder}_{i}"
-                x, _ = blk(x, v[n + "_k"], v[n + "_v"], win, self_kv=blk.attn.kv(x, x), route_in=q)
+                x, _ = self._attend(blk, x, v(n + "_k"), v(n + "_v"), blocks, q, self_kv=blk.attn.kv(x, x))
         rel = None
         if self.relation_proj is not None:
-            rel = (F.normalize(self.relation_proj(q), dim=-1), v["relation"])
+            rel = (F.normalize(self.relation_proj(q), dim=-1), v("relation"))
         for i, blk in enumerate(self.retriever):
-            x, w = blk(x, v[f"retriever_{i}_k"], v[f"retriever_{i}_v"], win, route_in=q, rel=rel)
+            x, w = self._attend(blk, x, v(f"retriever_{i}_k"), v(f"retriever_{i}_v"), blocks, q, rel=rel)
         return x, w
 
     def _log_probs(self, x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -133,7 +167,7 @@ class WindowedKT(KTModel):
         q = self.embed_question(h.items, h.concepts)
         y = self.embed_interaction(h.items, h.concepts, h.responses, q)
         ks = self._append(state, q, y, pos, applied.bool(), h.times)
-        x, _ = self._retrieve(ks, q, anchor, h.times)
+        x, _ = self._retrieve(ks, q, anchor, h.times, T)
         final = kvcache.roll(ks, n0 + applied.sum(1), self.window, CACHE_DTYPES[self.cache_dtype])
         return self._log_probs(x, q), final
 
@@ -145,9 +179,9 @@ class WindowedKT(KTModel):
     def _read(self, state: State, query: Interactions):
         ks = kvcache.keyspace(state, dtype=next(self.parameters()).dtype)
         for name in self.cache_dims():
-            ks.extend(name, None)
+            ks.add(name, None)
         q = self.embed_question(query.items.unsqueeze(1), query.concepts.unsqueeze(1))  # (B, 1, D)
-        x, w = self._retrieve(ks, q, state["count"].unsqueeze(1), query.times.unsqueeze(1))
+        x, w = self._retrieve(ks, q, state["count"].unsqueeze(1), query.times.unsqueeze(1), 0)
         return x, w, q
 
     def predict(self, state: State, query: Interactions) -> torch.Tensor:
@@ -161,7 +195,7 @@ class WindowedKT(KTModel):
         y = self.embed_interaction(i.items.unsqueeze(1), i.concepts.unsqueeze(1), i.responses.unsqueeze(1), q)
         applied = torch.ones(B, 1, dtype=torch.bool, device=q.device)
         ks = self._append(state, q, y, state["count"].unsqueeze(1), applied, i.times.unsqueeze(1))
-        return kvcache.roll(ks, state["count"] + 1, self.window, CACHE_DTYPES[self.cache_dtype])
+        return kvcache.shift(ks, CACHE_DTYPES[self.cache_dtype])
 
     def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:
         """Attention of the last retriever layer over the cached past (slots oldest first).

@@ -246,3 +246,17 @@ def test_a_cached_learner_is_independent_of_batch_order(make_histories):
     a, _ = replay(model, collate(learners))
     b, _ = replay(model, collate([learners[i] for i in order]))
     assert torch.allclose(a[2, : 3 * W], b[0, : 3 * W], atol=1e-6)
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_blocked_forward_equals_one_block(name, make_histories):
+    model = build(name, **OPTIONS["both"])
+    _, hist = make_histories([5 * W, 3 * W + 1, 2], N_ITEMS, N_CONCEPTS, 2, seed=23, step_prob=0.5)
+    hist = hist.replace(responses=hist.responses.clone())
+    hist.responses[1, 3::5] = -1
+    with torch.no_grad():
+        whole, whole_state = model(hist)
+        model.query_block = 5  # blocks smaller than the window, steps crossing them
+        blocked, blocked_state = model(hist)
+    assert torch.allclose(blocked[hist.mask], whole[hist.mask], atol=1e-6)
+    assert states_equal(blocked_state, whole_state, atol=1e-6)

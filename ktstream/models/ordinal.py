@@ -6,7 +6,11 @@ theta; the item key alone gives the discrimination alpha > 0 and K-1
 thresholds beta, ordered by construction (the first threshold plus cumulative
 softplus increments, never unconstrained). Category k has cumulative logit
 Z_k = sum_{h<k} alpha (theta - beta_h), Z_0 = 0, and P(Y=k) = softmax_k(Z);
-with K=2 this is the 2PL IRT model. CORAL (Cao et al. 2020) instead puts one
+with K=2 this is the 2PL IRT model. By default theta is *anchored*: the head's
+ability of this learner minus that of a learner with no history on the same
+item, so a new learner has theta = 0 everywhere and the item's difficulty
+must live in its betas (unanchored, theta soaks it up through the item key).
+CORAL (Cao et al. 2020) instead puts one
 latent score g through K-1 global, ordered thresholds tau:
 P(Y>k) = sigmoid(g - tau_k), rank-consistent by construction. Letters: B
 learners, T positions, N memory slots, K categories, D width.
@@ -69,22 +73,31 @@ class GPCMHead(nn.Module):
     def __init__(self, summary_dim: int, key_dim: int, n_categories: int, ability_scale: float = 1.0):
         super().__init__()
         self.K, self.ability_scale = n_categories, ability_scale
-        self.ability = nn.Linear(summary_dim, 1)
-        self.discrimination = nn.Linear(key_dim, 1)
-        self.threshold = nn.Linear(key_dim, 1)
-        self.gaps = nn.Linear(key_dim, n_categories - 2) if n_categories > 2 else None
+        self.theta_net = nn.Linear(summary_dim, 1)
+        self.alpha_net = nn.Linear(key_dim, 1)
+        self.beta_net = nn.Linear(key_dim, 1)  # the first threshold
+        self.gap_net = nn.Linear(key_dim, n_categories - 2) if n_categories > 2 else None
 
-    def irt(self, summary: torch.Tensor, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        theta = self.ability_scale * self.ability(summary).squeeze(-1)  # (...)
-        alpha = F.softplus(self.discrimination(key)).squeeze(-1)  # (...), > 0
-        betas = ordered(self.threshold(key), self.gaps(key) if self.gaps is not None else None)  # (..., K-1)
-        return theta, alpha, betas
+    def ability(self, summary: torch.Tensor) -> torch.Tensor:
+        return self.ability_scale * self.theta_net(summary).squeeze(-1)  # (...)
 
-    def forward(self, summary: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        return gpcm_log_probs(*self.irt(summary, key))
+    def item_parameters(self, key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """key (..., Dk) -> alpha (...) > 0 and betas (..., K-1) increasing: they depend on the item only."""
+        alpha = F.softplus(self.alpha_net(key)).squeeze(-1)
+        return alpha, ordered(self.beta_net(key), self.gap_net(key) if self.gap_net is not None else None)
 
-    def describe(self, summary: torch.Tensor, key: torch.Tensor) -> dict[str, torch.Tensor]:
-        theta, alpha, betas = self.irt(summary, key)
+    def irt(self, summary: torch.Tensor, key: torch.Tensor,
+            anchor: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """theta (relative to ``anchor``'s when given), alpha, betas."""
+        theta = self.ability(summary) if anchor is None else self.ability(summary) - self.ability(anchor)
+        return (theta, *self.item_parameters(key))
+
+    def forward(self, summary: torch.Tensor, key: torch.Tensor, anchor: torch.Tensor | None = None) -> torch.Tensor:
+        return gpcm_log_probs(*self.irt(summary, key, anchor))
+
+    def describe(self, summary: torch.Tensor, key: torch.Tensor,
+                 anchor: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        theta, alpha, betas = self.irt(summary, key, anchor)
         return {"theta": theta, "alpha": alpha, "betas": betas}
 
 
@@ -94,8 +107,8 @@ class IRTHead(GPCMHead):
     def __init__(self, summary_dim: int, key_dim: int, ability_scale: float = 1.0):
         super().__init__(summary_dim, key_dim, 2, ability_scale)
 
-    def forward(self, summary: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        theta, alpha, betas = self.irt(summary, key)
+    def forward(self, summary: torch.Tensor, key: torch.Tensor, anchor: torch.Tensor | None = None) -> torch.Tensor:
+        theta, alpha, betas = self.irt(summary, key, anchor)
         return irt_2pl_log_probs(theta, alpha, betas[..., 0])
 
 
@@ -115,10 +128,11 @@ class CoralHead(nn.Module):
     def cumulative_logits(self, summary: torch.Tensor) -> torch.Tensor:
         return self.score(summary) - self.thresholds()  # (..., 1) - (K-1,) -> (..., K-1)
 
-    def forward(self, summary: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
-        return coral_log_probs(self.cumulative_logits(summary))
+    def forward(self, summary: torch.Tensor, key: torch.Tensor, anchor: torch.Tensor | None = None) -> torch.Tensor:
+        return coral_log_probs(self.cumulative_logits(summary))  # no anchor: g must carry the item's difficulty
 
-    def describe(self, summary: torch.Tensor, key: torch.Tensor) -> dict[str, torch.Tensor]:
+    def describe(self, summary: torch.Tensor, key: torch.Tensor,
+                 anchor: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         g = self.score(summary).squeeze(-1)
         return {"coral_score": g, "tau": self.thresholds().expand(*g.shape, -1)}
 
@@ -132,12 +146,14 @@ class BlendHead(nn.Module):
         self.coral = CoralHead(summary_dim, n_categories)
         self.gate = nn.Linear(summary_dim, 1)
 
-    def forward(self, summary: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+    def forward(self, summary: torch.Tensor, key: torch.Tensor, anchor: torch.Tensor | None = None) -> torch.Tensor:
         g = self.gate(summary)  # (..., 1)
-        return torch.logaddexp(F.logsigmoid(g) + self.gpcm(summary, key), F.logsigmoid(-g) + self.coral(summary, key))
+        return torch.logaddexp(F.logsigmoid(g) + self.gpcm(summary, key, anchor),
+                               F.logsigmoid(-g) + self.coral(summary, key))
 
-    def describe(self, summary: torch.Tensor, key: torch.Tensor) -> dict[str, torch.Tensor]:
-        out = self.gpcm.describe(summary, key) | self.coral.describe(summary, key)
+    def describe(self, summary: torch.Tensor, key: torch.Tensor,
+                 anchor: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        out = self.gpcm.describe(summary, key, anchor) | self.coral.describe(summary, key)
         return out | {"gpcm_weight": torch.sigmoid(self.gate(summary)).squeeze(-1)}
 
 
@@ -147,7 +163,8 @@ class OrdinalDKVMN(DKVMN):
     Not registered itself: the registered families below differ only in their head.
     ``response_embedding``: one of RESPONSE_EMBEDDINGS. ``attention_window`` W > 0
     refines each written value by attention over the W interactions before it;
-    the W raw embeddings then travel in the serving state.
+    the W raw embeddings then travel in the serving state. ``anchored``: theta
+    relative to a learner with no history (GPCM heads; CORAL's score is never anchored).
     """
 
     name = "ordinal-dkvmn"
@@ -156,7 +173,7 @@ class OrdinalDKVMN(DKVMN):
     def __init__(self, n_items: int, n_concepts: int, n_categories: int = 2, memory_size: int = 20,
                  key_dim: int = 50, value_dim: int = 100, summary_dim: int = 50, dropout: float = 0.0,
                  use_items: bool = True, response_embedding: str = "linear_decay", attention_window: int = 0,
-                 ability_scale: float = 1.0):
+                 ability_scale: float = 1.0, anchored: bool = True):
         if response_embedding not in RESPONSE_EMBEDDINGS:
             raise ValueError(f"response_embedding must be one of {RESPONSE_EMBEDDINGS}, got {response_embedding!r}")
         if attention_window < 0:
@@ -165,13 +182,34 @@ class OrdinalDKVMN(DKVMN):
         super().__init__(n_items, n_concepts, n_categories, memory_size, key_dim, value_dim, summary_dim,
                          dropout, use_items)
         self.response_embedding, self.attention_window = response_embedding, attention_window
+        self.anchored = anchored
         self.interaction = OrdinalInteractionEmbedding(n_items, n_concepts, n_categories, value_dim, use_items,
                                                        response_embedding)
         self.refiner = CausalRefiner(value_dim, attention_window) if attention_window else None
 
     def config(self) -> dict[str, Any]:
         return super().config() | dict(response_embedding=self.response_embedding,
-                                       attention_window=self.attention_window, ability_scale=self.ability_scale)
+                                       attention_window=self.attention_window, ability_scale=self.ability_scale,
+                                       anchored=self.anchored)
+
+    def _summaries(self, read: torch.Tensor, weights: torch.Tensor,
+                   key: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The summary of (read, key), and with ``anchored`` the same for a learner with no history.
+
+        theta is then ability(summary) - ability(anchor): 0 for a new learner on
+        every item. Without the anchor the summary's item key (and the item's
+        addressing of the memory) lets theta absorb item difficulty, and the
+        betas stop meaning difficulty (bench/ordinal_recovery.py measures it).
+        """
+        summary = torch.tanh(self.summary(torch.cat([read, key], dim=-1)))
+        if not self.anchored:
+            return summary, None
+        anchor = torch.tanh(self.summary(torch.cat([weights @ self.value0, key], dim=-1)))  # (..., N) @ (N, Dv)
+        return summary, anchor
+
+    def _head(self, read: torch.Tensor, weights: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
+        summary, anchor = self._summaries(read, weights, key)
+        return self.head(self.drop(summary), key, None if anchor is None else self.drop(anchor))
 
     def _values(self, x: torch.Tensor, valid: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
         """Raw interaction embeddings (B, T, Dv) -> values to write, and the refiner's new cache."""
@@ -197,7 +235,7 @@ class OrdinalDKVMN(DKVMN):
             written = self._write(memory, weights[:, t], value[:, t])
             memory = torch.where(histories.mask[:, t].view(B, 1, 1), written, memory)
         read = torch.stack(reads, dim=1)  # (B, T, Dv)
-        return self._log_probs(read, key), {"memory": memory} | cache
+        return self._head(read, weights, key), {"memory": memory} | cache
 
     # -- serving path ----------------------------------------------------
     def init_state(self, batch_size: int) -> State:
@@ -218,10 +256,14 @@ class OrdinalDKVMN(DKVMN):
     def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:
         """The head's parameters for this query (theta, alpha, betas / CORAL score, tau) and the expected score."""
         key, weights = self._address(query.items, query.concepts)
-        summary = torch.tanh(self.summary(torch.cat([self._read(weights, state["memory"]), key], dim=-1)))
-        probs = self.head(summary, key).exp()  # (B, K)
+        summary, anchor = self._summaries(self._read(weights, state["memory"]), weights, key)
+        probs = self.head(summary, key, anchor).exp()  # (B, K)
         expected = (probs * torch.arange(self.n_categories, dtype=probs.dtype, device=probs.device)).sum(-1)
-        return self.head.describe(summary, key) | {"expected_score": expected}
+        return self.head.describe(summary, key, anchor) | {"expected_score": expected}
+
+    def predict(self, state: State, query: Interactions) -> torch.Tensor:
+        key, weights = self._address(query.items, query.concepts)
+        return self._head(self._read(weights, state["memory"]), weights, key).exp()
 
 
 @register

@@ -8,6 +8,8 @@ metric figures against reference implementations.
 
 from __future__ import annotations
 
+import csv
+
 import numpy as np
 import pytest
 import torch
@@ -16,6 +18,10 @@ from scipy.stats import spearmanr
 from sklearn.metrics import cohen_kappa_score, roc_auc_score
 from sklearn.utils.class_weight import compute_class_weight
 
+from connectors.datasets.ordinal import (assistments_category, assistments_ordinal_events,
+                                        datashop_category, datashop_ordinal_events)
+from connectors.datasets.stats import ConversionStats
+from ktstream.data.histories import group_by_learner
 from ktstream.evaluation.ordinal_metrics import (binary_auc, calibration, ordinal_report, quadratic_weighted_kappa,
                                                  spearman)
 from ktstream.models import create
@@ -24,7 +30,9 @@ from ktstream.models.ordinal import (CoralHead, GPCMHead, IRTHead, OrdinalDKVMN,
                                      irt_2pl_log_probs)
 from ktstream.models.ordinal_embeddings import CausalRefiner, OrdinalInteractionEmbedding, response_weights
 from ktstream.models.serving import replay
+from ktstream.schema import Event
 from ktstream.training import ordinal_losses as L
+from tests.conftest import require_dataset
 
 TINY = OrdinalDKVMN.tiny_config
 N_ITEMS, N_CONCEPTS = 30, 12
@@ -82,6 +90,35 @@ def test_describe_matches_predict(make_histories):
     assert set(d) >= {"theta", "alpha", "betas", "expected_score"}
     assert torch.allclose(probs, gpcm_log_probs(d["theta"], d["alpha"], d["betas"]).exp(), atol=1e-6)
     assert torch.allclose(d["expected_score"], (probs * torch.arange(4.0)).sum(-1), atol=1e-6)
+
+
+def test_anchored_ability_is_zero_for_a_new_learner_on_every_item(make_histories):
+    kw = dict(n_items=N_ITEMS, n_concepts=N_CONCEPTS, n_categories=4, **TINY)
+    _, hist = make_histories([5, 5, 5], N_ITEMS, N_CONCEPTS, 4, seed=10)
+    for name in ("deep-gpcm", "deep-gpcm-blend"):
+        torch.manual_seed(11)
+        model = create(name, **kw).eval()
+        with torch.no_grad():
+            fresh = model.describe(model.init_state(3), hist.at(2))["theta"]
+            _, state = model(hist)
+            later = model.describe(state, hist.at(2))["theta"]
+        assert torch.allclose(fresh, torch.zeros(3), atol=1e-6)
+        assert later.abs().max() > 1e-4
+    torch.manual_seed(11)
+    free = create("deep-gpcm", anchored=False, **kw).eval()
+    with torch.no_grad():
+        assert free.describe(free.init_state(3), hist.at(2))["theta"].abs().max() > 1e-4
+
+
+def test_unanchored_variant_keeps_train_serve_equivalence(make_histories):
+    torch.manual_seed(12)
+    model = create("deep-gpcm-blend", n_items=N_ITEMS, n_concepts=N_CONCEPTS, n_categories=3, anchored=False,
+                   attention_window=2, **TINY).eval()
+    _, hist = make_histories([19, 4, 12], N_ITEMS, N_CONCEPTS, 3, seed=13)
+    with torch.no_grad():
+        batch, _ = model(hist)
+    served, _ = replay(model, hist)
+    assert torch.allclose(served[hist.mask], batch.exp()[hist.mask], atol=1e-5)
 
 
 @pytest.mark.parametrize("K", [2, 3, 6])
@@ -296,3 +333,77 @@ def test_ordinal_report_on_known_predictions():
     assert cal[2]["mean_predicted"] == pytest.approx(0.325) and cal[2]["observed"] == pytest.approx(0.75)
     # category 2: bin [0,.5) holds p = .1, .3, .1 with 2 hits; bin [.5,1] holds .8 with 1 hit
     assert cal[2]["ece"] == pytest.approx((abs(0.5 - 2) + abs(0.8 - 1)) / 4)
+
+
+# -- ordered outcomes derived from real logs ------------------------------------------------------
+@pytest.mark.parametrize("row, expected", [
+    ({"correct": 1, "hint_count": 0, "first_action": 0}, 3),
+    ({"correct": 0, "hint_count": 0, "first_action": 0}, 2),
+    ({"correct": 0, "hint_count": 0, "first_action": 2}, 1),  # asked for the scaffolding breakdown
+    ({"correct": 0, "hint_count": 2, "bottom_hint": 0}, 1),
+    ({"correct": 0, "hint_count": 1}, 1),  # bottom_hint absent: not shown the answer
+    ({"correct": 0, "hint_count": 4, "bottom_hint": 1}, 0),
+])
+def test_assistments_rule(row, expected):
+    assert assistments_category(row) == expected
+    assert assistments_category(row, categories=3) == max(expected - 1, 0)
+
+
+@pytest.mark.parametrize("cfa, counts, expected", [
+    (1, {"incorrects": 0, "hints": 0, "corrects": 1}, 3),
+    (0, {"incorrects": 2, "hints": 0, "corrects": 1}, 2),
+    (0, {"incorrects": 1, "hints": 3, "corrects": 1}, 1),
+    (0, {"incorrects": 4, "hints": 1, "corrects": 0}, 0),
+    (0, {}, 0),
+])
+def test_datashop_rule(cfa, counts, expected):
+    assert datashop_category(cfa, counts) == expected
+    with pytest.raises(ValueError, match="categories"):
+        datashop_category(cfa, counts, categories=5)
+
+
+def test_assistments_ordinal_on_the_real_file_matches_an_independent_count():
+    path = require_dataset("assist2009_skillbuilder_raw_2skills") / "as.csv"
+    stats = ConversionStats("assistments-ordinal")
+    records = list(assistments_ordinal_events(path, stats))
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    expected = {0: 0, 1: 0, 2: 0, 3: 0}
+    for r in rows:  # the documented rule, written again from the raw columns
+        hints, bottom = int(r["hint_count"]), r["bottom_hint"].strip()
+        if hints and bottom and float(bottom) == 1:
+            expected[0] += 1
+        elif hints or r["first_action"] == "2":
+            expected[1] += 1
+        else:
+            expected[2 + int(r["correct"])] += 1
+    assert stats.response_counts == expected and stats.rows_in == len(rows) == len(records)
+    assert sum(r["attributes"]["correct"] for r in records) == sum(int(r["correct"]) for r in rows)
+    for r in records[:200]:
+        assert Event.model_validate(r).to_record() == r
+
+
+def test_datashop_ordinal_on_the_real_file_keeps_order_and_binary_outcome():
+    path = require_dataset("cognitive_tutor_algebra_subset") / "ct.csv"
+    stats = ConversionStats("datashop-ordinal")
+    records = list(datashop_ordinal_events(path, stats, categories=3))
+    assert set(stats.response_counts) == {0, 1, 2} and stats.learners == 11
+    top = [r for r in records if r["response"] == 2]
+    assert all(r["attributes"]["correct"] == 1 for r in top)
+    assert len(top) == sum(r["attributes"]["correct"] for r in records), "top level = correct first attempt"
+    for lid, recs in group_by_learner(records).items():
+        assert [r["seq"] for r in recs] == list(range(len(recs)))
+
+
+def test_describe_fills_the_prediction_message(make_histories):
+    from ktstream.engine.messages import describe_row
+
+    model = create("deep-gpcm", n_items=N_ITEMS, n_concepts=N_CONCEPTS, n_categories=4, **TINY).eval()
+    _, hist = make_histories([8, 3], N_ITEMS, N_CONCEPTS, 4, seed=14)
+    _, state = replay(model, hist)
+    with torch.no_grad():
+        d = model.describe(state, hist.at(1))
+    row = describe_row(d, 1, {})
+    assert row["ability"] == pytest.approx(float(d["theta"][1]))
+    assert row["extras"]["betas"] == pytest.approx(d["betas"][1].tolist())
+    assert row["extras"]["alpha"] > 0 and 0 <= row["extras"]["expected_score"] <= 3

@@ -28,6 +28,7 @@ from ktstream.data.histories import LearnerHistory
 from ktstream.data.vocab import Vocabulary
 from ktstream.finetune.bootstrap import paired_bootstrap
 from ktstream.finetune.finetune import FinetuneResult
+from ktstream.finetune.registry import ModelRegistry
 from ktstream.finetune.replay import ReplayData, window_only
 from ktstream.leakage import GateConfig, GateData, GateReport, run_gate
 from ktstream.models.base import KTModel
@@ -122,7 +123,13 @@ def judge(candidate: FinetuneResult, serving: tuple[KTModel, Vocabulary, Vocabul
     return Decision(bool(promote), reasons, comparison, report)
 
 
-def promotion_config_dict(cfg: PromotionConfig) -> dict[str, Any]:
-    out = asdict(cfg)
-    out["gate"] = cfg.gate.as_dict()
-    return out
+def promote_or_reject(registry: ModelRegistry, candidate: FinetuneResult, decision: Decision, data: ReplayData,
+                      parent: str | None, cfg: PromotionConfig) -> tuple[str, str]:
+    """Publish a new version, or keep the candidate under ``rejected/``; ("promoted" | "rejected", name)."""
+    settings = {**asdict(cfg), "gate": cfg.gate.as_dict()}
+    payload = {"family": candidate.model.name, "parent": parent, "window": data.window(),
+               "finetune": candidate.to_dict(), "promotion": decision.to_dict(), "promotion_config": settings}
+    model = candidate.model.cpu()
+    if decision.promote:
+        return "promoted", registry.publish(model, candidate.items, candidate.concepts, payload)
+    return "rejected", registry.reject(model, candidate.items, candidate.concepts, payload, label=f"c{data.cutoff_ms}")

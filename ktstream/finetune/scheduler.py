@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterable
 from ktstream.data.archive_reader import archive_summary, read_archive
 from ktstream.finetune.finetune import FinetuneConfig, fine_tune
 from ktstream.finetune.metrics import FinetuneMetrics
-from ktstream.finetune.promotion import PromotionConfig, judge, promotion_config_dict
+from ktstream.finetune.promotion import PromotionConfig, judge, promote_or_reject
 from ktstream.finetune.registry import ModelRegistry
 from ktstream.finetune.replay import build_replay
 
@@ -62,14 +62,7 @@ def run_cycle(records: Iterable[dict[str, Any]], cutoff_ms: int, horizon_ms: int
     data = build_replay(records, cutoff_ms, horizon_ms, base, serving.model.n_categories if serving else None)
     result = fine_tune(data, serving.model if serving else None, ft, family, model_kwargs)
     decision = judge(result, (serving.model, serving.items, serving.concepts) if serving else None, data, promotion)
-    payload = {"family": result.model.name, "parent": parent, "window": data.window(),
-               "finetune": result.to_dict(), "promotion": decision.to_dict(),
-               "promotion_config": promotion_config_dict(promotion)}
-    if decision.promote:
-        name, outcome = registry.publish(result.model.cpu(), result.items, result.concepts, payload), "promoted"
-    else:
-        name, outcome = registry.reject(result.model.cpu(), result.items, result.concepts, payload,
-                                        label=f"c{cutoff_ms}"), "rejected"
+    outcome, name = promote_or_reject(registry, result, decision, data, parent, promotion)
     log.info("cutoff %d: %s as %s (%s)", cutoff_ms, outcome, name, "; ".join(decision.reasons))
     cycle = CycleResult(cutoff_ms, horizon_ms, outcome, name, parent, decision.to_dict(), result.to_dict(),
                         data.window(), time.time() - started)

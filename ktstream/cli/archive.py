@@ -1,0 +1,41 @@
+"""`ktstream archive --config FILE`: copy the events topic into the date-partitioned Parquet archive.
+
+The file's ``kafka`` section is ``ktstream.config.KafkaSettings`` (bootstrap
+servers, topics, security); its ``archive`` section is
+``connectors.archive.ArchiveSettings`` (folder, own consumer group, flush
+every N records or T seconds). Offsets are committed only after a flush is
+durable. Runs until SIGTERM / SIGINT (or ``--max-seconds``), then flushes.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+
+log = logging.getLogger(__name__)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("archive", help="archive the events topic as Parquet partitioned by event date")
+    p.add_argument("--config", required=True, help="YAML file with `kafka` and `archive` sections")
+    p.add_argument("--max-seconds", type=float, default=None, help="stop after this long (tests, backfills)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from connectors.archive import ArchiveSettings, kafka_archiver  # Kafka client code stays in connectors/
+    from ktstream.config import KafkaSettings
+    from ktstream.finetune.settings import section
+
+    kafka = section(args.config, "kafka", KafkaSettings)
+    settings = section(args.config, "archive", ArchiveSettings)
+    archiver = kafka_archiver(kafka, settings)
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda s, f: stopping.append(s))
+    signal.signal(signal.SIGINT, lambda s, f: stopping.append(s))
+    deadline = None if args.max_seconds is None else time.monotonic() + args.max_seconds
+    log.info("archiving %s into %s (group %s)", kafka.topics.events, settings.folder, settings.group_id)
+    archiver.run(settings, should_stop=lambda: bool(stopping) or (deadline is not None and time.monotonic() > deadline))
+    log.info("archived %d events (%d invalid records skipped)", archiver.writer.written, archiver.writer.skipped)
+    return 0

@@ -1,0 +1,89 @@
+"""Settings of ``ktstream trainer`` (and the YAML reading ``ktstream archive`` shares): frozen pydantic models.
+
+A trainer config file holds a ``trainer`` section; other sections are ignored,
+so one file can also carry ``kafka`` and ``archive`` for ``ktstream archive``.
+
+>>> s = TrainerSettings(archive="a", registry="r", finetune={"epochs": 2}, gate={"random_label_epochs": 1})
+>>> s.finetune_config().epochs, s.promotion_config().gate.random_label_epochs, s.horizon_ms
+(2, 1, 604800000)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ktstream.exceptions import ConfigError
+from ktstream.finetune.finetune import FinetuneConfig
+from ktstream.finetune.promotion import PromotionConfig
+from ktstream.leakage import GateConfig
+
+DAY_MS = 86_400_000
+
+
+class TrainerSettings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    archive: str = Field(description="event archive folder (written by `ktstream archive`)")
+    registry: str = Field(description="model registry folder")
+    family: str = Field("dkt", description="model family trained when the registry is empty")
+    model_kwargs: dict[str, Any] = Field(default_factory=dict, description="its constructor arguments")
+    horizon_days: float = Field(7.0, gt=0, description="H: selection [C, C+H), promotion [C+H, C+2H)")
+    every_days: float | None = Field(7.0, gt=0, description="event time between cycles")
+    every_events: int | None = Field(None, ge=1, description="or: archived events between cycles")
+    lateness_s: float = Field(0.0, ge=0, description="watermark = newest archived event time minus this")
+    poll_s: float = Field(60.0, gt=0, description="how often the archive is looked at (wall clock)")
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = Field(9465, ge=0, le=65535, description="Prometheus /metrics; None: off")
+    finetune: dict[str, Any] = Field(default_factory=dict, description="FinetuneConfig fields")
+    promotion: dict[str, Any] = Field(default_factory=dict, description="PromotionConfig fields but gate")
+    gate: dict[str, Any] = Field(default_factory=dict, description="ktstream.leakage GateConfig fields")
+
+    @model_validator(mode="after")
+    def _some_trigger(self) -> "TrainerSettings":
+        if self.every_days is None and self.every_events is None:
+            raise ValueError("set every_days or every_events (or both)")
+        return self
+
+    @property
+    def horizon_ms(self) -> int:
+        return int(self.horizon_days * DAY_MS)
+
+    @property
+    def every_ms(self) -> int | None:
+        return None if self.every_days is None else int(self.every_days * DAY_MS)
+
+    def finetune_config(self) -> FinetuneConfig:
+        return _build(FinetuneConfig, self.finetune, "trainer.finetune")
+
+    def promotion_config(self) -> PromotionConfig:
+        gate = _build(GateConfig, self.gate, "trainer.gate")
+        return _build(PromotionConfig, {**self.promotion, "gate": gate}, "trainer.promotion")
+
+
+def _build(cls, values: dict[str, Any], where: str):
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"invalid {where}: {exc}") from exc
+
+
+def read_sections(path: str | Path) -> dict[str, Any]:
+    """The YAML file as a mapping of sections."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path} must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def section(path: str | Path, name: str, model: type[BaseModel]) -> BaseModel:
+    """Validate section ``name`` of the file with ``model`` (an absent section takes the defaults)."""
+    try:
+        return model(**(read_sections(path).get(name) or {}))
+    except ValueError as exc:
+        raise ConfigError(f"invalid section {name!r} in {path}: {exc}") from exc

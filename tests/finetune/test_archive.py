@@ -1,0 +1,165 @@
+"""Event archive: date-partitioned Parquet, durable before commit, read back in event-time order."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pyarrow.parquet as pq
+import pytest
+
+from connectors import archive as archive_module
+from connectors.archive import ArchiveSettings, Archiver, ArchiveWriter, kafka_archiver
+from ktstream.data.archive_reader import archive_files, archive_summary, read_archive
+from ktstream.data.eventlog import PARQUET_SCHEMA
+from ktstream.data.simulate import simulate
+from ktstream.engine.records import MemorySource, Record
+
+DAY_MS = 86_400_000
+
+
+def events(n_learners: int = 6) -> list[dict]:
+    return simulate(n_learners=n_learners, n_items=15, n_concepts=4, mean_length=20, seed=2,
+                    start_spread_ms=4 * DAY_MS, mean_gap_ms=6 * 3_600_000)
+
+
+def as_records(recs: list[dict], partitions: int = 2) -> list[Record]:
+    """Keyed by learner, one partition per learner hash, offsets in order (as the broker would)."""
+    out, next_offset = [], {}
+    for r in recs:
+        p = int(r["learner_id"][1:]) % partitions
+        off = next_offset.get(p, 0)
+        next_offset[p] = off + 1
+        out.append(Record("events", p, off, r["learner_id"].encode(), json.dumps(r).encode()))
+    return out
+
+
+def canonical_order(recs):
+    return sorted(recs, key=lambda r: (r["event_time"], r["learner_id"], r.get("seq", 0)))
+
+
+def test_round_trip_partitioned_by_event_date(tmp_path):
+    recs = events()
+    writer = ArchiveWriter(tmp_path, flush_records=10_000)
+    for rec, src in zip(recs, as_records(recs)):
+        writer.add(src.tp, src.offset, rec)
+    offsets = writer.flush()
+    assert offsets == {("events", p): n for p, n in ((0, sum(int(r["learner_id"][1:]) % 2 == 0 for r in recs)),
+                                                     (1, sum(int(r["learner_id"][1:]) % 2 == 1 for r in recs)))}
+    dates = {p.parent.name for p in archive_files(tmp_path)}
+    assert dates == {f"event_date={archive_module.event_date(r)}" for r in recs} and len(dates) > 2
+    for path in archive_files(tmp_path):
+        assert pq.read_schema(path).equals(PARQUET_SCHEMA)
+        assert {archive_module.event_date(r) for r in pq.read_table(path).to_pylist()} == {path.parent.name[11:]}
+    back = read_archive(tmp_path)
+    assert back == canonical_order(recs)
+    assert not list(tmp_path.rglob(".*.tmp")), "no temporary file is left behind"
+
+
+def test_date_filter_and_summary(tmp_path):
+    recs = events()
+    writer = ArchiveWriter(tmp_path)
+    for i, rec in enumerate(recs):
+        writer.add(("events", 0), i, rec)
+    writer.flush()
+    times = sorted(r["event_time"] for r in recs)
+    lo, hi = times[len(times) // 3], times[2 * len(times) // 3]
+    assert read_archive(tmp_path, lo, hi) == [r for r in canonical_order(recs) if lo <= r["event_time"] < hi]
+    s = archive_summary(tmp_path)
+    assert (s["rows"], s["min_event_time_ms"], s["max_event_time_ms"]) == (len(recs), times[0], times[-1])
+
+
+def test_rearchived_records_after_a_crash_are_read_once(tmp_path):
+    recs = events()
+    srcs = as_records(recs)
+    first = ArchiveWriter(tmp_path)
+    for rec, src in zip(recs[:50], srcs[:50]):
+        first.add(src.tp, src.offset, rec)
+    first.flush()  # ... and the process dies before committing: a restart reads them again
+    again = ArchiveWriter(tmp_path, flush_records=7)
+    for rec, src in zip(recs[20:], srcs[20:]):  # different flush boundaries this time
+        again.add(src.tp, src.offset, rec)
+        if again.due():
+            again.flush()
+    again.flush()
+    assert archive_summary(tmp_path)["rows"] > len(recs) and read_archive(tmp_path) == canonical_order(recs)
+
+
+def test_flush_by_count_and_by_time():
+    now = [0.0]
+    w = ArchiveWriter("unused", flush_records=3, flush_seconds=10.0, clock=lambda: now[0])
+    assert not w.due()
+    w.add(("e", 0), 0, {"learner_id": "u"})
+    now[0] = 9.9
+    assert not w.due()
+    now[0] = 10.0
+    assert w.due()
+    w2 = ArchiveWriter("unused", flush_records=3, flush_seconds=10.0, clock=lambda: 0.0)
+    for i in range(3):
+        assert not w2.due()
+        w2.add(("e", 0), i, None)
+    assert w2.due()
+
+
+def test_offsets_are_committed_only_after_the_file_is_durable(tmp_path, monkeypatch):
+    recs = events(2)
+    bad = Record("events", 0, len(recs), b"u0", b"{not json")
+    source = MemorySource(as_records(recs, partitions=1) + [bad])
+    archiver = Archiver(source, ArchiveWriter(tmp_path, flush_records=10_000))
+    archiver.step(0.0, 10_000)
+    real = archive_module.os.replace
+
+    def crash(*args):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(archive_module.os, "replace", crash)
+    with pytest.raises(OSError):
+        archiver.flush()
+    assert source.committed == {} and read_archive(tmp_path) == []
+    monkeypatch.setattr(archive_module.os, "replace", real)
+    archiver.flush()  # the buffer was kept: nothing lost
+    assert source.committed == {("events", 0): len(recs) + 1}  # the invalid record's offset is done too
+    assert read_archive(tmp_path) == canonical_order(recs) and archiver.writer.skipped == 1
+
+
+def test_lost_partitions_are_dropped_without_commit(tmp_path):
+    recs = events(4)
+    source = MemorySource(as_records(recs, partitions=2))
+    archiver = Archiver(source, ArchiveWriter(tmp_path, flush_records=10_000))
+    archiver.step(0.0, 10_000)
+    source.on_lost([("events", 1)])
+    archiver.flush()
+    assert set(source.committed) == {("events", 0)}
+    assert {r["learner_id"] for r in read_archive(tmp_path)} == {r["learner_id"] for r in recs
+                                                                 if int(r["learner_id"][1:]) % 2 == 0}
+
+
+@pytest.mark.broker
+@pytest.mark.timeout(120)
+def test_archive_from_the_embedded_broker(tmp_path):
+    broker_mod = pytest.importorskip("connectors.broker")
+    from connectors.kafka import KafkaSink
+    from ktstream.config import KafkaSettings
+    from ktstream.engine.records import Output
+
+    recs = events(4)
+    with broker_mod.EmbeddedBroker() as broker:
+        broker.create_topics(["archive-events"], partitions=2)
+        settings = KafkaSettings(bootstrap_servers=broker.bootstrap_servers, session_timeout_ms=6000,
+                                 topics={"events": "archive-events"})
+        sink = KafkaSink(settings)
+        sink.send(Output("archive-events", r["learner_id"].encode(), json.dumps(r).encode()) for r in recs)
+        sink.flush(30.0)
+        sink.close()
+        cfg = ArchiveSettings(folder=str(tmp_path), flush_records=25, flush_seconds=2.0, poll_timeout_s=0.5)
+        archiver = kafka_archiver(settings, cfg)
+        deadline = time.monotonic() + 90
+        try:
+            while archiver.writer.written < len(recs) and time.monotonic() < deadline:
+                archiver.step(cfg.poll_timeout_s, cfg.max_poll_records)
+            archiver.flush()
+            committed = sum(archiver.source.committed(tp) or 0 for tp in archiver.source.assignment())
+        finally:
+            archiver.source.close()
+    assert read_archive(tmp_path) == canonical_order(recs)
+    assert committed == len(recs)

@@ -1,0 +1,57 @@
+"""Fine-tuning: warm start from the serving model, deterministic, CUDA when present, JSON results."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from ktstream.finetune import build_replay, fine_tune
+from ktstream.finetune.finetune import _precision
+from ktstream.training.trainer import resolve_device
+from tests.finetune.conftest import TINY_DKT, tiny_finetune
+
+
+def test_same_seed_same_data_gives_bit_identical_weights(stream):
+    recs, C, H = stream
+    data = build_replay(recs, C, H)
+    a = fine_tune(data, cfg=tiny_finetune(), family="dkt", model_kwargs=TINY_DKT)
+    b = fine_tune(data, cfg=tiny_finetune(), family="dkt", model_kwargs=TINY_DKT)
+    assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
+    c = fine_tune(data, cfg=tiny_finetune(seed=1), family="dkt", model_kwargs=TINY_DKT)
+    assert not all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), c.model.state_dict().values()))
+
+
+def test_warm_start_extends_the_serving_model_and_leaves_it_untouched(stream):
+    recs, C, H = stream
+    early = build_replay(recs, C - H, H)  # an older serving model: cutoff one horizon earlier
+    serving = fine_tune(early, cfg=tiny_finetune(), family="dkt", model_kwargs=TINY_DKT)
+    snapshot = {k: v.clone() for k, v in serving.model.state_dict().items()}
+    data = build_replay(recs, C, H, base=(serving.items, serving.concepts))
+    assert data.items.ids[: len(serving.items.ids)] == serving.items.ids
+    result = fine_tune(data, base=serving.model, cfg=tiny_finetune(epochs=1, lr=0.0))
+    assert result.warm_start["items"] == [len(serving.items), len(data.items)]
+    assert all(torch.equal(snapshot[k], v) for k, v in serving.model.state_dict().items())
+    # lr 0: the warm-started weights are the serving weights, grown (old rows equal)
+    old, new = serving.model.state_dict(), result.model.state_dict()
+    for k in old:
+        rows = old[k].shape[0] if old[k].dim() else None
+        assert torch.equal(new[k][:rows] if rows else new[k], old[k]), k
+
+
+def test_results_are_json_and_name_the_device(stream):
+    recs, C, H = stream
+    result = fine_tune(build_replay(recs, C, H), cfg=tiny_finetune(epochs=1), family="dkt", model_kwargs=TINY_DKT)
+    out = json.loads(json.dumps(result.to_dict()))
+    assert out["device"] == str(resolve_device("auto")) and out["fit"]["best_epoch"] == 1
+    assert out["autocast"] == ("bf16" if torch.cuda.is_available() else None)
+    assert out["model_config"]["n_items"] == len(result.items)
+
+
+def test_cuda_is_chosen_when_present_with_bf16_autocast():
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with _precision(torch.device("cpu"), tiny_finetune()) as mode:
+        assert mode is None and not torch.is_autocast_enabled("cpu")
+    if torch.cuda.is_available():
+        with _precision(torch.device("cuda"), tiny_finetune()) as mode:
+            assert mode == "bf16" and torch.get_autocast_dtype("cuda") == torch.bfloat16

@@ -30,6 +30,8 @@ def register(sub) -> None:
     b = modes.add_parser("benchmark", help="a dataset's own train/valid/test split files")
     b.add_argument("--dataset", required=True, help="folder name under the data root, e.g. dkvmn_assist2009_updated")
     b.add_argument("--fold", type=int, default=1, help="fold k: train{k}/valid{k} (+ test{k} for AKT folds)")
+    b.add_argument("--refit", action="store_true",
+                   help="after selection, retrain on train+valid with the selected epochs; test that model")
     b.add_argument("--keep-repeated-rows", action="store_true",
                    help="keep multi-skill problems as repeated rows (only to reproduce published numbers)")
     p_ = modes.add_parser("prequential", help="time-ordered: train before C1, select on [C1, C0), test after C0")
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         if args.random_labels:
             train, valid, test = (coin_flip_labels(r, args.seed + i) for i, r in enumerate((train, valid, test)))
         artifacts: dict = {}
-        result = benchmark(args.model, train, valid, test, cfg, kwargs, artifacts)
+        result = benchmark(args.model, train, valid, test, cfg, kwargs, artifacts, refit=args.refit)
         if args.checkpoint:
             from ktstream.models.checkpoint import save_checkpoint
 

@@ -24,6 +24,7 @@ from ktstream.exceptions import LeakageError
 from ktstream.models import create
 from ktstream.models.serving import replay
 from ktstream.training.trainer import FitResult, TrainConfig, fit, predict_histories, score
+from ktstream.training.trainer import refit as refit_model
 
 
 def coin_flip_labels(records: Sequence[dict], seed: int) -> list[dict]:
@@ -52,19 +53,26 @@ def _result(model_name: str, model, fit_result: FitResult, test: dict, counts: d
 
 def benchmark(model_name: str, train_recs: Sequence[dict], valid_recs: Sequence[dict], test_recs: Sequence[dict],
               cfg: TrainConfig | None = None, model_kwargs: dict | None = None,
-              artifacts: dict | None = None) -> dict[str, Any]:
-    """Train, select on valid, test once. ``artifacts``, when given, receives the
-    selected model and its vocabularies (to save a checkpoint)."""
+              artifacts: dict | None = None, refit: bool = False) -> dict[str, Any]:
+    """Train, select on valid, test once. With ``refit``, a fresh model is then
+    trained on train + valid for the epochs and learning rates selected on valid,
+    and that model is the one tested. ``artifacts``, when given, receives the
+    tested model and its vocabularies (to save a checkpoint)."""
     cfg = cfg or TrainConfig()
     items, concepts = build_vocabularies(train_recs)
     train, valid, test = (encode(r, items, concepts) for r in (train_recs, valid_recs, test_recs))
     overlap = {h.learner_id for h in test} & {h.learner_id for h in train + valid}
     if overlap:
         raise LeakageError(f"{len(overlap)} test learners also appear in train/valid, e.g. {sorted(overlap)[:3]}")
-    torch.manual_seed(cfg.seed)
-    model = create(model_name, n_items=len(items), n_concepts=len(concepts),
-                   n_categories=n_categories_of(train_recs), **(model_kwargs or {}))
+    def build():
+        torch.manual_seed(cfg.seed)
+        return create(model_name, n_items=len(items), n_concepts=len(concepts),
+                      n_categories=n_categories_of(train_recs), **(model_kwargs or {}))
+
+    model = build()
     fit_result = fit(model, train, valid, cfg)
+    if refit:
+        model = refit_model(build(), list(train) + list(valid), fit_result, cfg)
     if artifacts is not None:
         artifacts.update(model=model, items=items, concepts=concepts)
     started = time.time()
@@ -73,7 +81,8 @@ def benchmark(model_name: str, train_recs: Sequence[dict], valid_recs: Sequence[
               "train_interactions": len(train_recs), "test_interactions": len(test_recs),
               "items": len(items) - 2, "concepts": len(concepts) - 2}
     return _result(model_name, model, fit_result, test_metrics, counts,
-                   {"protocol": "benchmark", "test_seconds": round(time.time() - started, 1)})
+                   {"protocol": "benchmark", "refit_on_train_and_valid": refit,
+                    "test_seconds": round(time.time() - started, 1)})
 
 
 def prequential_time(model_name: str, records: Sequence[dict], select_from_ms: int, test_from_ms: int,

@@ -40,6 +40,8 @@ class TrainConfig:
     lr: float = 1e-3
     weight_decay: float = 0.0
     patience: int = 4
+    #: multiply the learning rate by this when an epoch does not improve the validation metric
+    lr_decay: float = 0.5
     chunk: int = 200
     max_grad_norm: float = 5.0
     seed: int = 0
@@ -156,6 +158,40 @@ def validation_metric(model: KTModel, histories, scored, cfg: TrainConfig, devic
     return "neg_log_loss", -nll
 
 
+def _train_epoch(model, opt, train, cfg: TrainConfig, rng, device, desc: str, show: bool) -> tuple[float, int]:
+    model.train()
+    total, count = 0.0, 0
+    n_batches = math.ceil(len(train) / cfg.batch_size)
+    for hs in tqdm(_batches(train, cfg.batch_size, rng), total=n_batches, disable=not show, desc=desc, leave=False):
+        batch = collate(hs).to(device)
+        loss_sum, n = _loss(model, batch, cfg.chunk)
+        if n == 0:
+            continue
+        opt.zero_grad(set_to_none=True)
+        (loss_sum / n).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        opt.step()
+        total += float(loss_sum.detach())
+        count += n
+    return total, count
+
+
+def refit(model: KTModel, histories: Sequence[LearnerHistory], selected: FitResult, cfg: TrainConfig) -> KTModel:
+    """Train a fresh model on ``histories`` (train + valid) for the epochs and learning
+    rates that ``selected`` chose on validation. No data outside ``histories`` is read."""
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    device = resolve_device(cfg.device)
+    model.to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    show = cfg.progress and sys.stderr.isatty()
+    for record in selected.history[: selected.best_epoch]:
+        for group in opt.param_groups:
+            group["lr"] = record["lr"]
+        _train_epoch(model, opt, histories, cfg, rng, device, f"refit epoch {record['epoch']}", show)
+    return model.eval()
+
+
 def fit(model: KTModel, train: Sequence[LearnerHistory], valid: Sequence[LearnerHistory],
         cfg: TrainConfig | None = None, valid_scored=None) -> FitResult:
     """Train with Adam; keep the weights of the epoch best on ``valid`` (early stopping)."""
@@ -171,24 +207,10 @@ def fit(model: KTModel, train: Sequence[LearnerHistory], valid: Sequence[Learner
     show = cfg.progress and sys.stderr.isatty()
     metric_name = "auc"
     for epoch in range(cfg.epochs):
-        model.train()
-        total, count = 0.0, 0
-        n_batches = math.ceil(len(train) / cfg.batch_size)
-        for hs in tqdm(_batches(train, cfg.batch_size, rng), total=n_batches, disable=not show,
-                       desc=f"epoch {epoch + 1}/{cfg.epochs}", leave=False):
-            batch = collate(hs).to(device)
-            loss_sum, n = _loss(model, batch, cfg.chunk)
-            if n == 0:
-                continue
-            opt.zero_grad(set_to_none=True)
-            (loss_sum / n).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            opt.step()
-            total += float(loss_sum.detach())
-            count += n
+        total, count = _train_epoch(model, opt, train, cfg, rng, device, f"epoch {epoch + 1}/{cfg.epochs}", show)
         metric_name, value = validation_metric(model, valid, valid_scored, cfg, device)
-        history.append({"epoch": epoch + 1, "train_loss": total / max(count, 1), f"valid_{metric_name}": value,
-                        "seconds": round(time.time() - started, 1)})
+        history.append({"epoch": epoch + 1, "lr": opt.param_groups[0]["lr"], "train_loss": total / max(count, 1),
+                        f"valid_{metric_name}": value, "seconds": round(time.time() - started, 1)})
         log.info("epoch %d train_loss %.4f valid_%s %.4f", epoch + 1, total / max(count, 1), metric_name, value)
         if value > best:
             best, best_epoch, bad = value, epoch + 1, 0
@@ -197,6 +219,8 @@ def fit(model: KTModel, train: Sequence[LearnerHistory], valid: Sequence[Learner
             bad += 1
             if bad >= cfg.patience:
                 break
+            for group in opt.param_groups:
+                group["lr"] *= cfg.lr_decay
     if best_state is not None:
         model.load_state_dict(best_state)
     model.eval()

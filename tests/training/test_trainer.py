@@ -48,3 +48,17 @@ def test_windows_equal_full_forward_and_drop_split_steps(make_histories):
         split[:, start:start + 16] = hist.step_start[:, start:start + 16] < start
     assert torch.equal(keep, hist.mask & ~split)
     assert torch.allclose(joined[keep], full[keep], atol=1e-5)
+
+
+def test_refit_replays_the_selected_schedule_on_more_data():
+    from ktstream.training.trainer import refit
+
+    torch.manual_seed(0)
+    cfg = TrainConfig(epochs=5, batch_size=16, lr=1e-2, chunk=15, patience=2, lr_decay=0.5, progress=False)
+    train, valid = skill_learners(40, 0), skill_learners(20, 1)
+    selected = fit(create("dkt", n_items=20, n_concepts=6, dim=8, hidden=16), train, valid, cfg)
+    assert all(h["lr"] <= cfg.lr for h in selected.history)
+    model = refit(create("dkt", n_items=20, n_concepts=6, dim=8, hidden=16), train + valid, selected, cfg)
+    test = skill_learners(20, 2)
+    y, p, _ = score(test, predict_histories(model, test))
+    assert auc(y, p[:, 1]) > 0.95

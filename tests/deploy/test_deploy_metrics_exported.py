@@ -1,0 +1,95 @@
+"""Every metric the dashboard and the alert rules query is exported by ktstream (live scrape).
+
+Names are matched against sample names, so a histogram must be queried as
+``_bucket`` / ``_sum`` / ``_count`` and a counter with its ``_total``; label
+matchers (``outcome="failed"``) must name labels and values the series carry.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from deploy_support import DEPLOY, MATCHER, METRIC, SELECTOR, load_yaml_docs
+
+PROMETHEUS_LABELS = {"job", "instance"}  # added by the scrape, not by ktstream
+
+
+def dashboard_exprs() -> list[str]:
+    board = json.loads((DEPLOY / "grafana" / "dashboards" / "ktstream.json").read_text())
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    exprs += [v["query"] for v in board["templating"]["list"] if v.get("type") == "query"]
+    return exprs
+
+
+def rule_exprs() -> list[str]:
+    (doc,) = load_yaml_docs(DEPLOY / "prometheus" / "rules.yml")
+    return [r["expr"] for g in doc["groups"] for r in g["rules"]]
+
+
+def exported(live_series) -> dict[str, list[dict[str, str]]]:
+    return {**live_series["engine"], **live_series["trainer"]}
+
+
+@pytest.mark.parametrize("source", ["dashboard", "rules"])
+def test_every_queried_metric_is_exported(live_series, source):
+    exprs = dashboard_exprs() if source == "dashboard" else rule_exprs()
+    names = {m for e in exprs for m in METRIC.findall(e)}
+    assert len(names) >= 10, f"expected the {source} to query many ktstream series, found {sorted(names)}"
+    samples = exported(live_series)
+    missing = sorted(n for n in names if n not in samples)
+    assert not missing, (f"the {source} queries series that ktstream does not export: {missing}; "
+                         f"exported: {sorted(samples)}")
+
+
+@pytest.mark.parametrize("source", ["dashboard", "rules"])
+def test_label_matchers_name_real_labels_and_values(live_series, source):
+    exprs = dashboard_exprs() if source == "dashboard" else rule_exprs()
+    samples = exported(live_series)
+    checked = 0
+    for expr in exprs:
+        for name, body in SELECTOR.findall(expr):
+            label_sets = samples.get(name, [])
+            for label, op, value in MATCHER.findall(body):
+                if label in PROMETHEUS_LABELS:
+                    continue
+                seen = {ls.get(label) for ls in label_sets}
+                assert seen != {None}, f"{name} has no label {label!r} (in {expr!r})"
+                if op == "=":
+                    assert value in seen, f"{name}{{{label}={value!r}}} never occurs; values seen: {sorted(seen)}"
+                checked += 1
+    assert source == "dashboard" or checked > 0, "the rules select by at least one ktstream label"
+
+
+def test_grouping_labels_exist(live_series):
+    """``by (reason)``, ``by (topic, partition)``, ... name labels of the series they aggregate."""
+    import re
+
+    samples = exported(live_series)
+    by = re.compile(r"by \(([^)]*)\) \(\s*(?:\w+\()?(ktstream_[a-z0-9_]+)")
+    found = 0
+    for expr in dashboard_exprs() + rule_exprs():
+        for labels, name in by.findall(expr):
+            for label in (x.strip() for x in labels.split(",")):
+                if label in PROMETHEUS_LABELS or label == "le":
+                    continue
+                assert any(label in ls for ls in samples[name]), f"{name} has no label {label!r} to group by"
+                found += 1
+    assert found >= 5
+
+
+def test_health_endpoints_answer_for_the_probes(live_series):
+    """The Kubernetes probes and the compose healthcheck use these paths."""
+    assert live_series["health"] == {"/healthz": 200, "/readyz": 200}
+
+
+def test_engine_series_list_is_exported(live_series):
+    """ktstream.metrics.SERIES (the documented list) appears in the live scrape, under some sample name."""
+    from ktstream.finetune.metrics import SERIES as TRAINER_SERIES
+    from ktstream.metrics import SERIES
+
+    def present(name: str, samples) -> bool:
+        return any(s == name or s.startswith(name + "_") or s == name + "_total" for s in samples)
+
+    assert all(present(n, live_series["engine"]) for n in SERIES), sorted(live_series["engine"])
+    assert all(present(n, live_series["trainer"]) for n in TRAINER_SERIES), sorted(live_series["trainer"])

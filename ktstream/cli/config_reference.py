@@ -1,0 +1,33 @@
+"""`ktstream config-reference`: the configuration reference (every key, type, default, env var) from the code.
+
+    ktstream config-reference -o docs/configuration.md --schemas docs/schemas
+
+Without ``-o`` it prints the Markdown; ``--schemas DIR`` also writes the JSON
+Schemas of the wire messages (ktstream.schema.json_schemas()), one file each.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("config-reference", help="generate docs/configuration.md (and docs/schemas/*.json)")
+    p.add_argument("-o", "--out", type=Path, help="write the Markdown here instead of printing it")
+    p.add_argument("--schemas", type=Path, metavar="DIR", help="also write one JSON Schema per wire message here")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ktstream.reports.config_reference import config_reference, write_schemas
+
+    text = config_reference()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text, encoding="utf-8")
+        print(f"wrote {args.out}")
+    else:
+        print(text, end="")
+    for path in write_schemas(args.schemas) if args.schemas else []:
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,85 @@
+"""`ktstream report`: evaluation results as one self-contained HTML page with plots.
+
+    ktstream report runs/dkt/results.json runs/sakt/results.json -o report.html \
+        --checkpoint runs/dkt/ckpt --gate runs/dkt/gate.json
+
+The first results.json is the subject; the others join the comparison table.
+Per-prediction figures need the subject's predictions: ``--predictions FILE``,
+a predictions.parquet beside its results.json, or ``--checkpoint`` (the model
+``ktstream evaluate --checkpoint`` saved) with the test events (``--events``;
+for the benchmark protocol the dataset's own test split is read when omitted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def register(sub) -> None:
+    p = sub.add_parser("report", help="HTML report (plots, comparison, leakage gate) of evaluation results",
+                       description=__doc__.split("\n")[0].split(": ", 1)[1])
+    p.add_argument("results", nargs="+", type=Path, help="results.json of ktstream evaluate (first = subject)")
+    p.add_argument("-o", "--out", type=Path, default=Path("report.html"), help="HTML file to write")
+    p.add_argument("--label", action="append", default=[], help="a name per results file, in order")
+    p.add_argument("--checkpoint", type=Path, help="the subject's model (ktstream evaluate --checkpoint DIR)")
+    p.add_argument("--events", type=Path, help="the subject's test events (.jsonl / .parquet)")
+    p.add_argument("--predictions", type=Path, help="per-prediction Parquet (default: beside the results.json)")
+    p.add_argument("--save-predictions", type=Path, help="write the recomputed predictions here (Parquet)")
+    p.add_argument("--gate", action="append", type=Path, default=[], help="leakage-gate report JSON (repeatable)")
+    p.add_argument("--title", help="page title")
+    p.set_defaults(func=run)
+
+
+def _test_events(args, subject: dict) -> list[dict] | None:
+    if args.events:
+        from ktstream.data.eventlog import read_events
+
+        return read_events(args.events)
+    if subject.get("protocol") == "benchmark" and subject.get("dataset"):
+        from ktstream.cli.evaluate import load_benchmark_splits
+
+        _, _, test, _ = load_benchmark_splits(subject["dataset"], subject.get("fold", 1), subject.get("rows") == "as given")
+        return test
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from ktstream.reports import Predictions, ReportInputs, build_report, recompute
+
+    torch.set_num_threads(1)
+    results = [json.loads(p.read_text(encoding="utf-8")) for p in args.results]
+    if args.label and len(args.label) != len(results):
+        raise SystemExit(f"give one --label per results file ({len(results)}), got {len(args.label)}")
+    subject = results[0]
+    model = records = predictions = None
+    beside = args.results[0].parent / "predictions.parquet"
+    if args.checkpoint:
+        from ktstream.models.checkpoint import load_checkpoint
+
+        net, items, concepts, version = load_checkpoint(args.checkpoint)
+        records = _test_events(args, subject)
+        if records is None:
+            raise SystemExit("--checkpoint needs --events (the test events) for this results file")
+        model = (net, items, concepts)
+    if args.predictions or (beside.is_file() and not args.checkpoint):
+        predictions = Predictions.load(args.predictions or beside)
+    elif model is not None:
+        predictions = recompute(net, items, concepts, records)
+        start = subject.get("counts", {}).get("test_from_ms")
+        if subject.get("protocol") == "prequential_time" and start is not None:
+            predictions = predictions.select(predictions.times * 1000.0 >= start)
+        if args.save_predictions:
+            predictions.save(args.save_predictions)
+    gates = [json.loads(g.read_text(encoding="utf-8")) for g in args.gate]
+    html = build_report(ReportInputs(results, args.label, predictions, model, records, gates, args.title))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(html, encoding="utf-8")
+    print(f"wrote {args.out} ({len(html) / 1e6:.1f} MB; {len(predictions) if predictions else 0} predictions)")
+    return 0

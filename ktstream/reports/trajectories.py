@@ -1,0 +1,133 @@
+"""Model-based figures for sample learners: concept mastery over time, and attention heatmaps.
+
+Mastery. No family here exports per-concept mastery, so it is read off the
+serving path the way a platform would ask: after each of the learner's
+interactions, the model is asked (``predict``, which never mutates the state)
+for its P(correct) on every item of a concept seen in the events, and the mean
+over those items is the concept's curve (ordinal models: expected score / (K-1)).
+Where ``describe`` gives an IRT ability theta, it is drawn too. Dots mark the
+learner's real attempts at the concept: filled correct (ordinal: upper half of
+the scale), hollow not.
+
+Attention. For attention families, ``ktstream.cli.explain.attention_map``
+replays the learner and gives, per prediction, the weights over the cached past.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ktstream.data.histories import Interactions, collate, encode_learner, group_by_learner
+from ktstream.data.vocab import Vocabulary
+from ktstream.models.base import KTModel, select_state
+from ktstream.reports.figures import plt, to_png
+
+
+def sample_learners(records: Sequence[dict], n: int) -> list[str]:
+    """The ``n`` learners with the most interactions (ties: id order), for a stable choice."""
+    counts = Counter(r["learner_id"] for r in records if r.get("response") is not None)
+    return [lid for lid, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
+
+
+def _score(model: KTModel, probs: torch.Tensor) -> torch.Tensor:
+    if model.n_categories == 2:
+        return probs[:, 1]
+    return (probs * torch.arange(model.n_categories, dtype=probs.dtype)).sum(-1) / (model.n_categories - 1)
+
+
+@torch.inference_mode()
+def concept_curves(model: KTModel, items: Vocabulary, concepts: Vocabulary, learner: list[dict],
+                   probes: dict[str, list[str]]) -> tuple[np.ndarray, np.ndarray | None]:
+    """(T+1, C) mean probe score per concept after 0..T interactions, and theta (T+1,) when described."""
+    hist = collate([encode_learner(learner[0]["learner_id"], learner, items, concepts)])
+    names = list(probes)
+    q_items = torch.tensor([items.encode(i) for c in names for i in probes[c]])  # (Q,)
+    q_conc = torch.tensor([[concepts.encode(c)] for c in names for _ in probes[c]])  # (Q, 1)
+    owner = torch.tensor([j for j, c in enumerate(names) for _ in probes[c]])
+    Q = len(q_items)
+    query = Interactions(q_items, q_conc, torch.full((Q,), -1), torch.full((Q,), float("nan"), dtype=torch.float64))
+    state, rows, thetas = model.init_state(1), [], []
+    for t in range(hist.shape[1] + 1):
+        if t > 0 and int(hist.responses[0, t - 1]) >= 0:
+            state = model.update(state, hist.at(t - 1))
+        query.times[:] = hist.times[0, min(t, hist.shape[1] - 1)]
+        wide = select_state(state, torch.zeros(Q, dtype=torch.long))  # the learner's state, once per probe
+        score = _score(model, model.predict(wide, query)).double()
+        rows.append(torch.zeros(len(names), dtype=torch.float64).index_add_(0, owner, score)
+                    / torch.bincount(owner, minlength=len(names)))
+        info = model.describe(wide, query)
+        if "theta" in info:  # ability as read through each probe item; averaged over the probes
+            thetas.append(float(info["theta"].reshape(Q, -1)[:, 0].mean()))
+    return torch.stack(rows).numpy(), (np.array(thetas) if len(thetas) == len(rows) else None)
+
+
+def mastery_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, records: Sequence[dict],
+                   learners: int = 3, per_learner: int = 4, items_per_concept: int = 10) -> bytes | None:
+    grouped = group_by_learner(r for r in records if r["learner_id"] in set(sample_learners(records, learners)))
+    if not grouped:
+        return None
+    seen: dict[str, Counter] = {}
+    for r in records:
+        for c in r.get("concept_ids") or ():
+            seen.setdefault(c, Counter())[r["item_id"]] += 1
+    fig, axes = plt.subplots(len(grouped), 1, figsize=(8, 3.1 * len(grouped)), squeeze=False)
+    score = "P(correct)" if model.n_categories == 2 else "expected score / (K-1)"
+    for ax, lid in zip(axes[:, 0], sorted(grouped, key=lambda u: -len(grouped[u]))):
+        recs = grouped[lid]
+        top = [c for c, _ in Counter(c for r in recs for c in r.get("concept_ids") or ()).most_common(per_learner)]
+        if not top:
+            ax.set_title(f"learner {lid}: no concept ids in the events")
+            continue
+        probes = {c: [i for i, _ in seen[c].most_common(items_per_concept)] for c in top}
+        curves, theta = concept_curves(model, items, concepts, recs, probes)
+        x = np.arange(len(curves))
+        for j, c in enumerate(top):
+            line, = ax.plot(x, curves[:, j], lw=1.6, label=f"{c} ({len(probes[c])} items)")
+            hits = [(t + 1, r["response"]) for t, r in enumerate(recs) if c in (r.get("concept_ids") or ())
+                    and r.get("response") is not None]
+            for t, resp in hits:
+                good = resp / (model.n_categories - 1) >= 0.5  # binary: correct; ordinal: upper half of the scale
+                ax.plot(t, curves[t, j], "o", ms=5, color=line.get_color(), mfc=line.get_color() if good else "white")
+        if theta is not None:
+            tx = ax.twinx()
+            tx.plot(x, theta, color="black", ls=":", lw=1, label="ability theta")
+            tx.set_ylabel("theta (dotted)")
+        ax.set(ylim=(0, 1), ylabel=score, title=f"learner {lid}: {len(recs)} interactions")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right", ncol=2)
+    filled = "correct" if model.n_categories == 2 else "response in the upper half of the scale"
+    axes[-1, 0].set_xlabel(f"interactions applied so far (dots: attempts at the concept; filled = {filled})")
+    fig.suptitle(f"{model.name}: predicted {score} per concept, mean over the concept's items", y=1.0)
+    fig.tight_layout()
+    return to_png(fig)
+
+
+def attention_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, records: Sequence[dict],
+                     learners: int = 2, last: int = 40) -> bytes | None:
+    """Heatmaps of the last ``last`` predictions of sample learners; None for models without attention."""
+    from ktstream.cli.explain import attention_map
+
+    grouped = group_by_learner(r for r in records if r["learner_id"] in set(sample_learners(records, learners)))
+    hists = {lid: collate([encode_learner(lid, recs, items, concepts)]) for lid, recs in grouped.items()}
+    if not hists or "attention" not in model.describe(model.init_state(1), next(iter(hists.values())).at(0)):
+        return None
+    fig, axes = plt.subplots(1, len(hists), figsize=(6.2 * len(hists), 5.6), squeeze=False)
+    for ax, (lid, hist) in zip(axes[0], sorted(hists.items())):
+        heat, _ = attention_map(model, hist)
+        T = hist.shape[1]
+        n, lo = min(last, T), T - min(last, T)
+        shown = np.concatenate([heat[lo:, :1], heat[lo:, 1 + lo:]], 1)  # (n, 1 + n): column 0 = no history
+        im = ax.imshow(shown, cmap="viridis", aspect="auto", interpolation="nearest")
+        ticks = list(range(0, n, max(1, n // 8)))
+        ax.set_xticks([0] + [1 + t for t in ticks[1:]], ["none"] + [str(lo + t + 1) for t in ticks[1:]])
+        ax.set_yticks(ticks, [str(lo + t + 1) for t in ticks])
+        ax.set(xlabel="past interaction read (column 'none': weight on no history)",
+               ylabel="prediction for interaction", title=f"learner {lid}: last {n} of {T} predictions")
+        fig.colorbar(im, ax=ax, fraction=0.046, label="attention (head mean, last layer)")
+    fig.suptitle(f"{model.name}: what each prediction attended to (rows sum to 1 with the 'none' column)")
+    fig.tight_layout()
+    return to_png(fig)

@@ -20,10 +20,10 @@ import subprocess
 import tempfile
 import time
 
-from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
-from kafka.errors import KafkaError, TopicAlreadyExistsError
+from kafka.errors import KafkaError
 
+from connectors.kafka.admin import create_topics, list_topics
+from ktstream.config import KafkaSettings
 from ktstream.exceptions import KTStreamError
 
 log = logging.getLogger(__name__)
@@ -75,30 +75,17 @@ class EmbeddedBroker:
         log.info("embedded broker (Tansu, pid %d) on %s", self.process.pid, self.bootstrap_servers)
         return self
 
-    def _admin(self) -> KafkaAdminClient:
-        return KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=5000,
-                                client_id="ktstream-admin")
+    @property
+    def settings(self) -> KafkaSettings:
+        """Client settings pointing at this broker."""
+        return KafkaSettings(bootstrap_servers=self.bootstrap_servers, client_id="ktstream-embedded")
 
     def topics(self) -> list[str]:
-        admin = self._admin()
-        try:
-            return sorted(admin.list_topics())
-        finally:
-            admin.close()
+        return list_topics(self.settings)
 
     def create_topics(self, names: list[str], partitions: int) -> None:
-        """Create topics (an existing topic is left as it is)."""
-        admin = self._admin()
-        try:
-            for name in names:
-                try:
-                    admin.create_topics([NewTopic(name, partitions, 1)])
-                except TopicAlreadyExistsError:
-                    pass
-        except KafkaError as exc:
-            raise BrokerError(f"cannot create topics {names}: {exc}") from exc
-        finally:
-            admin.close()
+        """Create topics with ``partitions`` partitions (an existing topic is left as it is)."""
+        create_topics(self.settings, names, partitions)
 
     def stop(self, timeout_s: float = 10.0) -> None:
         if self.process is not None and self.process.poll() is None:

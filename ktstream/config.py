@@ -75,7 +75,7 @@ class MetricsSettings(_Section):
 class ModelSettings(_Section):
     family: str = "dkt"
     checkpoint: str = Field("train-quick", description="checkpoint directory, or 'train-quick' (simulated data)")
-    quick_seconds: float = Field(10.0, gt=0, description="training budget of train-quick")
+    quick_epochs: int = Field(4, ge=1, description="training epochs of train-quick (about 3 s each for DKT)")
     quick_learners: int = Field(300, ge=10)
     config: dict[str, Any] = Field(default_factory=dict, description="family constructor arguments (train-quick)")
 

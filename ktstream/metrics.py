@@ -7,7 +7,7 @@ series with its meaning; ``SERIES`` below is that list, checked by the tests.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter as Tally, deque
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
@@ -75,16 +75,27 @@ class EngineMetrics:
         self.recent_end_to_end: deque[float] = deque(maxlen=recent)  # seconds, for live summaries
         self.recent_processing: deque[float] = deque(maxlen=recent)
         self._evictions_seen = 0
+        #: Plain running totals (consumed, predictions, dead:<reason>, ...) for summaries and tests.
+        self.totals: Tally = Tally()
         for reason in ("oversized", "invalid_json", "schema", "key_mismatch", "late"):
             self.dead.labels(reason)
         for action in ("applied", "dead_lettered"):
             self.late.labels(action)
+        for stage in ("sink", "commit"):
+            self.failures.labels(stage)
+        for kind in ("assigned", "revoked", "lost"):
+            self.rebalances.labels(kind)
+        for b in self.bins:
+            self.cal_n.labels(b), self.cal_correct.labels(b), self.cal_p.labels(b)
 
     def model_info(self, name: str, version: str) -> None:
         self.model.info({"name": name, "version": version})
 
     def observe_batch(self, batch: "Batch", flushed_ms: int) -> None:
         """Record a committed micro-batch."""
+        self.totals.update({"consumed": batch.records, "predictions": batch.predictions,
+                            "late_applied": batch.late_applied, "duplicates": batch.duplicates})
+        self.totals.update({f"dead:{r}": n for r, n in batch.dead_letters.items()})
         self.consumed.inc(batch.records)
         self.predicted.inc(batch.predictions)
         for reason, n in batch.dead_letters.items():
@@ -132,6 +143,9 @@ class EngineMetrics:
                 self.lag.remove(topic, str(partition))
             except KeyError:
                 pass
+
+    def dead_letters(self) -> dict[str, int]:
+        return {k.split(":", 1)[1]: n for k, n in self.totals.items() if k.startswith("dead:")}
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -26,7 +26,8 @@ def now_ms() -> int:
 
 
 def source_ref(record: Record) -> SourceRef:
-    return SourceRef(topic=record.topic, partition=record.partition, offset=record.offset)
+    # Built from a broker record (already typed): no validation needed on this hot path.
+    return SourceRef.model_construct(topic=record.topic, partition=record.partition, offset=record.offset)
 
 
 def dead_letter(topic: str, record: Record, reason: str, detail: str) -> Output:
@@ -66,10 +67,11 @@ def prediction(topic: str, d: Decoded, model_name: str, version: str, probs: lis
     e = d.event
     k = len(probs)
     produced = now_ms()
-    msg = Prediction(source=source_ref(d.record), event_id=e.event_id, learner_id=e.learner_id,
+    # model_construct skips validation (every field is ours and typed; the tests validate the JSON).
+    msg = Prediction.model_construct(source=source_ref(d.record), event_id=e.event_id, learner_id=e.learner_id,
                      item_id=e.item_id, model_name=model_name, model_version=version, probs=probs,
                      p_correct=probs[1] if k == 2 else None,
                      expected_score=sum(i * p for i, p in enumerate(probs)) if k > 2 else None,
                      event_time=d.event_time_ms, late=late, received_at_ms=received_ms,
-                     produced_at_ms=produced, **(extras or {}))
+                     produced_at_ms=produced, **(extras or {"extras": {}}))
     return Output(topic, e.learner_id.encode(), msg.model_dump_json(exclude_none=True).encode()), produced

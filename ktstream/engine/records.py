@@ -115,7 +115,7 @@ class MemorySource:
         return {r.tp for r in self.pending} | set(self.committed)
 
     def lag(self) -> dict[TopicPartition, int]:
-        lag: dict[TopicPartition, int] = {}
+        lag = {tp: 0 for tp in self.assignment()}
         for r in self.pending:
             lag[r.tp] = lag.get(r.tp, 0) + 1
         return lag

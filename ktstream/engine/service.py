@@ -1,0 +1,93 @@
+"""The engine as a service: built from settings, with its HTTP endpoints, stoppable from a signal.
+
+``Service`` wires a source and a sink (connectors/, chosen by the caller), the
+serving model, the state cache, the metrics and the HTTP server together, and
+runs the engine loop on the calling thread (``run``) or a background thread
+(``start``). ``stop()`` only sets an event, so it is safe in a signal handler;
+the loop finishes its current micro-batch (commit included) and returns.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Callable
+
+import torch
+
+from ktstream.config import Settings
+from ktstream.engine.bootstrap import ServingModel
+from ktstream.engine.engine import Engine
+from ktstream.engine.processor import Processor
+from ktstream.engine.records import Sink, Source
+from ktstream.engine.runner import ModelRunner
+from ktstream.engine.server import MetricsServer
+from ktstream.engine.state_cache import StateCache, StateStore
+from ktstream.metrics import EngineMetrics
+
+
+def build_engine(settings: Settings, serving: ServingModel, source: Source, sink: Sink,
+                 store: StateStore | None = None) -> Engine:
+    e, k, m = settings.engine, settings.kafka, settings.metrics
+    runner = ModelRunner(serving.model, serving.items, serving.concepts, serving.version)
+    processor = Processor(runner, StateCache(e.cache_max_bytes, store), k.topics.predictions, k.topics.dead_letters,
+                          e.late_policy, e.max_record_bytes)
+    metrics = EngineMetrics(m.quality_window, m.calibration_bins)
+    return Engine(source, sink, processor, metrics, e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s)
+
+
+class Service:
+    def __init__(self, settings: Settings, serving: ServingModel, source: Source, sink: Sink, http: bool = True):
+        torch.set_num_threads(settings.engine.torch_threads)
+        self.settings = settings
+        self.engine = build_engine(settings, serving, source, sink)
+        self.server: MetricsServer | None = None
+        if http:
+            m = self.engine.metrics
+            self.server = MetricsServer(m.exposition, self.engine.healthy, self.engine.ready,
+                                        settings.metrics.host, settings.metrics.port)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    @property
+    def metrics(self) -> EngineMetrics:
+        return self.engine.metrics
+
+    def run(self, until: Callable[[], bool] | None = None) -> None:
+        try:
+            self.engine.run(self._stop, until)
+        except BaseException as exc:
+            self.error = exc
+            raise
+
+    def start(self, until: Callable[[], bool] | None = None) -> threading.Thread:
+        def target() -> None:
+            try:
+                self.run(until)
+            except BaseException:  # recorded in self.error; the caller checks after join()
+                pass
+
+        self._thread = threading.Thread(target=target, name="ktstream-engine", daemon=True)
+        self._thread.start()
+        return self._thread
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def join(self, timeout_s: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def close(self) -> None:
+        """Stop the loop, wait for it, close the clients and the HTTP server."""
+        self.stop()
+        self.join(30)
+        self.engine.close()
+        if self.server is not None:
+            self.server.close()
+
+    def __enter__(self) -> "Service":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

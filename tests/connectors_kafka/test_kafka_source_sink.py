@@ -1,0 +1,125 @@
+"""Kafka source and sink against the real embedded broker (no mocks)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from connectors.kafka import KafkaSink, KafkaSource
+from connectors.kafka.clients import consumer_config, producer_config
+from ktstream.config import KafkaSettings
+from ktstream.engine.exceptions import SinkError
+from ktstream.engine.records import Output
+
+
+def publish(settings, topic, n, learners=10):
+    sink = KafkaSink(settings)
+    sink.send(Output(topic, f"u{i % learners}".encode(), f"{i}".encode()) for i in range(n))
+    sink.flush(30)
+    sink.close()
+
+
+def consume(source, n, wait, timeout_s=30.0, max_records=1000):
+    got = []
+    wait(lambda: len(got) >= n, timeout_s, step=lambda: got.extend(source.poll(0.2, max_records)),
+         message=f"{n} records")
+    return got
+
+
+@pytest.mark.broker
+def test_keyed_records_keep_per_key_order_on_one_partition(kafka_settings, topic, wait):
+    s, t = kafka_settings(), topic(4)
+    publish(s, t, 200)
+    src = KafkaSource(s, topics=[t])
+    recs = consume(src, 200, wait)
+    src.close()
+    assert len(recs) == 200 and all(r.topic == t and r.timestamp_ms for r in recs)
+    by_key = {}
+    for r in recs:
+        by_key.setdefault(r.key, []).append(r)
+    for key, rs in by_key.items():
+        assert len({r.partition for r in rs}) == 1, f"{key} spread over partitions"
+        assert [int(r.value) for r in rs] == sorted(int(r.value) for r in rs), f"{key} out of order"
+    assert len({r.partition for r in recs}) > 1
+
+
+@pytest.mark.broker
+def test_commit_then_resume_and_lag_from_highwater(kafka_settings, topic, wait):
+    s, t = kafka_settings(), topic(1)
+    publish(s, t, 50)
+    first = KafkaSource(s, topics=[t])
+    recs = consume(first, 10, wait, max_records=10)
+    assert [r.offset for r in recs] == list(range(10))
+    wait(lambda: (t, 0) in first.lag(), 10, step=lambda: None, message="lag")
+    assert first.lag() == {(t, 0): 40}, "lag = high-watermark (50) - next offset (10)"
+    first.commit({(t, 0): 10})
+    assert first.committed((t, 0)) == 10
+    first.close()
+    second = KafkaSource(s, topics=[t])
+    recs = consume(second, 40, wait)
+    second.close()
+    assert recs[0].offset == 10 and recs[-1].offset == 49
+
+
+@pytest.mark.broker
+@pytest.mark.slow  # Tansu needs several 3 s join rounds for a two-member rebalance (10-50 s)
+def test_rebalance_callbacks_reach_plain_callables(kafka_settings, topic, wait):
+    """Two members, each polling on its own thread like an engine instance."""
+    s, t = kafka_settings(), topic(4)
+    events = {"a": [], "b": []}
+    a, b = KafkaSource(s, topics=[t]), KafkaSource(s, topics=[t])
+    for name, src in (("a", a), ("b", b)):
+        src.on_assigned = lambda ps, n=name: events[n].append(("assigned", ps, threading.get_ident()))
+        src.on_revoked = lambda ps, n=name: events[n].append(("revoked", ps, threading.get_ident()))
+    stop = threading.Event()
+    pollers = {}
+
+    def loop(src, name):
+        pollers[name] = threading.get_ident()
+        while not stop.is_set():
+            src.poll(0.05, 10)
+
+    threads = [threading.Thread(target=loop, args=(a, "a"))]
+    threads[0].start()
+    try:
+        wait(lambda: len(a.assignment()) == 4, 30, message="first member's assignment")
+        threads.append(threading.Thread(target=loop, args=(b, "b")))
+        threads[1].start()
+        wait(lambda: b.assignment() and len(a.assignment()) + len(b.assignment()) == 4, 90,
+             message="cooperative rebalance onto the second member")
+    finally:
+        stop.set()
+        for th in threads:
+            th.join(10)
+    assert a.assignment().isdisjoint(b.assignment())
+    for name, src in (("a", a), ("b", b)):  # the callbacks tell the engine exactly what it owns
+        owned = set()
+        for kind, ps, _ in events[name]:
+            owned = owned | set(ps) if kind == "assigned" else owned - set(ps)
+        assert owned == src.assignment(), f"member {name}: callbacks {events[name]} vs {src.assignment()}"
+    revoked = {p for kind, ps, _ in events["a"] if kind == "revoked" for p in ps}
+    assert b.assignment() <= revoked, "partitions that moved were revoked from the first member first"
+    assert all(tid == pollers[n] for n in "ab" for _, _, tid in events[n]), "callbacks run on the polling thread"
+    a.close()
+    b.close()
+
+
+@pytest.mark.broker
+def test_sink_failure_raises(kafka_settings, topic):
+    sink = KafkaSink(kafka_settings(), max_request_size=1024)
+    with pytest.raises(SinkError):
+        sink.send([Output(topic(1), b"u", b"x" * 10_000)])
+        sink.flush(10)
+    sink.close()
+
+
+def test_client_settings_pass_security_and_extras_through():
+    s = KafkaSettings(bootstrap_servers="a:1,b:2", security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                      sasl_username="svc", sasl_password="pw", ssl_cafile="/ca.pem",
+                      consumer={"fetch_min_bytes": 10}, producer={"compression_type": "gzip"})
+    c, p = consumer_config(s), producer_config(s)
+    assert c["bootstrap_servers"] == ["a:1", "b:2"] and c["sasl_plain_password"] == "pw"
+    assert c["ssl_cafile"] == "/ca.pem" and c["fetch_min_bytes"] == 10 and not c["enable_auto_commit"]
+    assert p["acks"] == "all" and p["enable_idempotence"] and p["compression_type"] == "gzip"
+    assert p["sasl_mechanism"] == "SCRAM-SHA-512" and "group_id" not in p

@@ -1,0 +1,90 @@
+"""Learner state: byte-bounded LRU cache, the durable-store seam, and staging until the commit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ktstream.engine.exceptions import SinkError
+from ktstream.engine.learner import OVERHEAD_BYTES, LearnerState
+from ktstream.engine.records import MemorySink
+from ktstream.engine.state_cache import StateCache
+
+
+def learner(lid, floats=100, partition=("ev", 0)):
+    return LearnerState(lid, {"h": torch.zeros(1, floats)}, "v1", partition=partition)
+
+
+def test_lru_eviction_by_bytes():
+    size = learner("a").nbytes
+    assert size == 400 + OVERHEAD_BYTES + 1
+    cache = StateCache(max_bytes=3 * size)
+    for lid in "abc":
+        cache.put(learner(lid))
+    cache.get("a")  # a is now the most recently used
+    cache.put(learner("d"))
+    assert sorted(cache.keys()) == ["a", "c", "d"] and cache.evictions == 1
+    assert cache.bytes == 3 * size and len(cache) == 3
+    cache.put(learner("a", floats=400))  # replacing an entry updates the byte count
+    assert cache.bytes <= 3 * size + 1200 and "a" in cache
+    assert cache.evict("a") is not None and "a" not in cache
+
+
+def test_evict_partitions_drops_only_their_learners():
+    cache = StateCache(1 << 20)
+    cache.put(learner("a", partition=("ev", 0)))
+    cache.put(learner("b", partition=("ev", 1)))
+    assert cache.evict_partitions([("ev", 1)]) == 1 and list(cache.keys()) == ["a"]
+
+
+class FakeStore:
+    def __init__(self):
+        self.rows, self.writes, self.dropped = {}, [], []
+
+    def load(self, lid):
+        return self.rows.get(lid)
+
+    def write(self, states, offsets):
+        self.writes.append(([s.learner_id for s in states], dict(offsets)))
+        self.rows.update({s.learner_id: s for s in states})
+
+    def drop_partitions(self, partitions):
+        self.dropped.extend(partitions)
+
+
+def test_durable_store_seam_fills_misses_and_is_written_first():
+    store = FakeStore()
+    cache = StateCache(max_bytes=learner("x").nbytes, store=store)
+    cache.apply([learner("a")], {("ev", 0): 5})
+    assert store.writes == [(["a"], {("ev", 0): 5})]
+    cache.put(learner("b"))  # evicts a from the cache, the store still has it
+    assert "a" not in cache and cache.get("a") is store.rows["a"] and "a" in cache
+
+
+def test_state_changes_only_after_the_commit_and_roll_back_on_sink_failure(kit):
+    recs = kit.stream(n_learners=5, mean_length=8, seed=7, query_prob=0.0)
+    items, concepts = kit.build_vocabularies(recs)
+    model = kit.tiny_model("dkt", items, concepts)
+    records = kit.as_records(recs, partitions=1)
+    engine, source, sink = kit.memory_engine(model, items, concepts, records, max_batch=10)
+    engine.step()
+    before = {lid: engine.cache.get(lid) for lid in list(engine.cache.keys())}
+    batch = engine.processor.process(records[10:20])
+    after = {lid: engine.cache.get(lid) for lid in list(engine.cache.keys())}
+    assert before == after and all(before[k] is after[k] for k in before), "process() touched the cache"
+    assert batch.staged and all(st is not engine.cache.get(st.learner_id) for st in batch.staged)
+
+    class FailingSink(MemorySink):
+        def flush(self, timeout_s):
+            raise SinkError("broker down")
+
+    seeks = []
+    source.seek = lambda offsets: seeks.append(offsets)
+    engine.sink = FailingSink()
+    committed = dict(source.committed)
+    with pytest.raises(SinkError):
+        engine.step()
+    assert source.committed == committed, "a batch whose outputs failed must not be committed"
+    assert {lid: engine.cache.get(lid) for lid in list(engine.cache.keys())} == after, "staged state leaked"
+    assert seeks == [{("t.events", 0): 10}], "the batch's partitions are rewound to its first offset"
+    assert engine.metrics.totals["consumed"] == 10

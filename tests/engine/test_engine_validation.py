@@ -1,0 +1,71 @@
+"""Invalid input is dead-lettered with the original bytes, a reason and its source; valid input flows."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from ktstream.engine.decode import Decoded, Rejected, decode
+from ktstream.engine.records import Record
+from ktstream.schema import DeadLetter, Prediction
+
+GOOD = {"event_id": "e1", "learner_id": "u1", "item_id": "q1", "response": 1, "event_time": 1_700_000_000_000}
+
+
+def rec(value: bytes, key: bytes | None = b"u1", offset: int = 3) -> Record:
+    return Record("ev", 2, offset, key, value)
+
+
+@pytest.mark.parametrize("value,reason,fragment", [
+    (b'{"event_id": "e1", ', "invalid_json", "not UTF-8 JSON"),
+    (b"\xff\xfe\x00", "invalid_json", "not UTF-8 JSON"),
+    (b"[1, 2]", "invalid_json", "expected a JSON object"),
+    (json.dumps({**GOOD, "response": "yes"}).encode(), "schema", "response"),
+    (json.dumps({**GOOD, "response": True}).encode(), "schema", "response"),
+    (json.dumps({**GOOD, "colour": "blue"}).encode(), "schema", "colour"),
+    (json.dumps({k: v for k, v in GOOD.items() if k != "item_id"}).encode(), "schema", "item_id"),
+    (json.dumps({**GOOD, "event_time": "yesterday"}).encode(), "schema", "event_time"),
+    (json.dumps({**GOOD, "attributes": {"x": "y" * 600}}).encode(), "oversized", "limit is 512"),
+])
+def test_rejections_name_their_reason(value, reason, fragment):
+    out = decode(rec(value), max_bytes=512)
+    assert isinstance(out, Rejected), f"{value[:40]!r} was accepted"
+    assert out.reason == reason and fragment in out.detail, (out.reason, out.detail)
+
+
+def test_key_must_be_the_learner_id():
+    assert decode(rec(json.dumps(GOOD).encode(), key=b"someone-else"), 4096).reason == "key_mismatch"
+    assert isinstance(decode(rec(json.dumps(GOOD).encode(), key=None), 4096), Decoded)
+
+
+def test_dead_letters_carry_original_bytes_and_source(kit):
+    recs = kit.stream(n_learners=4, mean_length=6, seed=2, query_prob=0.0)
+    bad = {1: b"{not json", 3: json.dumps({**recs[3], "colour": "red"}).encode(),
+           5: json.dumps({**recs[5], "response": "x"}).encode(), 7: json.dumps({**recs[7], "pad": "z" * 5000}).encode()}
+    items, concepts = kit.build_vocabularies(recs)
+    records = kit.as_records(recs, raw=bad)
+    engine, source, sink = kit.memory_engine(kit.tiny_model("dkt", items, concepts), items, concepts, records)
+    kit.drain(engine, source)
+    dead = [DeadLetter.model_validate(d) for d in kit.outputs(sink, kit.DEAD)]
+    assert sorted(d.reason for d in dead) == ["invalid_json", "oversized", "schema", "schema"]
+    by_offset = {(r.partition, r.offset): r for r in records}
+    for d in dead:
+        original = by_offset[(d.source.partition, d.source.offset)]
+        assert base64.b64decode(d.original) == original.value and d.source.topic == kit.EVENTS
+    preds = [Prediction.model_validate(p) for p in kit.outputs(sink, kit.PREDICTIONS)]
+    assert len(preds) == len(recs) - len(bad)
+    assert engine.metrics.dead_letters() == {"invalid_json": 1, "schema": 2, "oversized": 1}
+    assert source.committed == {tp: max(r.offset for r in records if r.tp == tp) + 1 for tp in {r.tp for r in records}}
+
+
+def test_response_outside_the_models_categories_is_rejected(kit):
+    recs = [{**GOOD, "response": 3}]
+    items, concepts = kit.build_vocabularies(recs)
+    engine, source, sink = kit.memory_engine(kit.tiny_model("dkt", items, concepts), items, concepts,
+                                             kit.as_records(recs))
+    kit.drain(engine, source)
+    (dead,) = kit.outputs(sink, kit.DEAD)
+    assert dead["reason"] == "schema" and "outside 0...1" in dead["detail"]
+    assert not kit.outputs(sink, kit.PREDICTIONS)

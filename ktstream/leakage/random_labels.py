@@ -1,0 +1,96 @@
+"""Random labels: trained on coin flips, a model that reads only the past scores AUC 0.5 on new coin flips.
+
+Every response is replaced by a fair draw (same learners, items, concepts,
+times, order); a fresh copy of the model (same class and configuration) is
+trained with the ordinary trainer, selected on the relabelled validation split,
+and scored once on the relabelled test split. Labels drawn independently of
+everything a causal model can see leave its test AUC at 0.5 up to sampling
+noise, whose standard deviation under the null is the Mann-Whitney
+``sqrt((n1 + n0 + 1) / (12 n1 n0))``; the bound is ``z`` times that, floored at
+``min_bound``. A model that reads the current response, or data in which one
+answer is copied into later rows, lands far outside it.
+
+One draw per *interaction*: rows that `expansion.interaction_groups` finds to be
+one expanded multi-concept question share their draw, as they share their
+real response. That is how expanded data leaks, and what pyKT's 0.64 shows.
+
+>>> round(null_bound(5000, 5000, z=3.29, floor=0.0), 4)
+0.019
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ktstream.data.histories import LearnerHistory
+from ktstream.evaluation.metrics import auc, null_auc_bound
+from ktstream.leakage.config import GateConfig, GateData
+from ktstream.leakage.expansion import interaction_groups, repeated_rows
+from ktstream.leakage.report import CheckResult
+from ktstream.models.base import KTModel
+from ktstream.training.trainer import TrainConfig, fit, predict_histories, resolve_device, score
+
+
+def null_bound(n_pos: int, n_neg: int, z: float, floor: float) -> float:
+    """Half-width of the interval around 0.5 that a no-signal AUC stays in (false alarms ~ P(|N(0,1)| > z))."""
+    return null_auc_bound(n_pos, n_neg, z=z, floor=floor)
+
+
+def with_random_labels(histories: Sequence[LearnerHistory], n_categories: int,
+                       rng: np.random.Generator) -> list[LearnerHistory]:
+    """Copies with every response a uniform draw over the K categories, one draw per interaction."""
+    out = []
+    for h in histories:
+        draws = rng.integers(0, n_categories, size=len(h))
+        resp = np.where(h.responses >= 0, draws[interaction_groups(h)], h.responses)
+        new = copy.copy(h)
+        new.responses = resp.astype(np.int64)
+        out.append(new)
+    return out
+
+
+def binary_view(y: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(y >= K/2, P(y >= K/2)): the binary score AUC is taken on (K = 2: correct, P(correct))."""
+    cut = (probs.shape[1] + 1) // 2
+    return (y >= cut).astype(np.int64), probs[:, cut:].sum(1)
+
+
+def random_label_auc(model: KTModel, train, valid, test, cfg: GateConfig) -> dict:
+    """Train a fresh copy of ``model`` on random labels; its test AUC, the null bound, and counts."""
+    rng = np.random.default_rng(cfg.seed + 1)
+    K = model.n_categories
+    train_r, valid_r, test_r = (with_random_labels(s, K, rng) for s in (train, valid, test))
+    torch.manual_seed(cfg.seed)
+    fresh = type(model)(**model.config())
+    tc = TrainConfig(epochs=cfg.random_label_epochs, batch_size=cfg.random_label_batch_size,
+                     lr=cfg.random_label_lr, patience=cfg.random_label_epochs, chunk=cfg.random_label_chunk,
+                     seed=cfg.seed, device=cfg.device, progress=False)
+    result = fit(fresh, train_r, valid_r, tc)
+    probs = predict_histories(fresh, test_r, tc.eval_batch_size, resolve_device(cfg.device))
+    y, p, _ = score(test_r, probs)
+    yb, pb = binary_view(y, p)
+    n1, n0 = int(yb.sum()), int(len(yb) - yb.sum())
+    repeats, rows = repeated_rows(test)
+    return {"auc": auc(yb, pb), "bound": null_bound(n1, n0, cfg.z, cfg.min_bound), "n_pos": n1, "n_neg": n0,
+            "se_null": null_bound(n1, n0, 1.0, 0.0), "best_epoch": result.best_epoch,
+            "best_valid": result.best_valid, "epochs_run": len(result.history),
+            "test_repeated_share": repeats / max(rows, 1)}
+
+
+def random_labels_check(model: KTModel, data: GateData, cfg: GateConfig) -> CheckResult:
+    if not (data.train and data.valid and data.test):
+        return CheckResult.not_applicable("random_labels", "needs train, valid and test splits")
+    r = random_label_auc(model, data.train, data.valid, data.test, cfg)
+    dev = abs(r["auc"] - 0.5)
+    detail = (f"fresh {model.name} trained {r['epochs_run']} epochs on coin flips; test n={r['n_pos'] + r['n_neg']}, "
+              f"bound = max({cfg.min_bound}, {cfg.z} x {r['se_null']:.4f})")
+    if dev > r["bound"]:
+        detail = (f"AUC {r['auc']:.4f} on random labels: predictions carry the labels (reads the current "
+                  f"response, or copied rows: {100 * r['test_repeated_share']:.1f}% of test rows repeat); " + detail)
+    extras = {k: v for k, v in r.items() if k not in ("auc", "bound")}
+    return CheckResult.judge("random_labels", r["auc"], r["bound"], dev <= r["bound"], "|AUC - 0.5| <= bound",
+                             detail, **extras)

@@ -1,0 +1,127 @@
+"""The leakage gate catches every known-leaky fixture (each by a named check) and passes every
+registered model family on real data (ASSISTments 2009, AKT's fold 1, a few hundred learners)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from ktstream.leakage import GateConfig, GateData, run_gate
+from ktstream.models import create, family, names
+from ktstream.training.trainer import TrainConfig, fit
+from tests.conftest import random_learner, require_dataset
+from tests.leakage.leaky_models import LEAKY_MODELS, expanded_rows_data
+from tests.leakage.realdata import akt_slice
+
+MODEL_CHECKS = ("future_perturbation", "current_label_flip", "batch_independence", "serving_equivalence",
+                "attention_masking")
+N_ITEMS, N_CONCEPTS = 30, 12
+
+# fixture -> the checks that must fail on it (each one catches it on its own)
+CAUGHT_BY = {
+    "pooled_routing": ["future_perturbation", "serving_equivalence"],
+    "second_softmax": ["attention_masking", "future_perturbation", "batch_independence"],
+    "topk_resoftmax": ["attention_masking", "future_perturbation"],
+    "peeking_lstm": ["current_label_flip", "future_perturbation", "serving_equivalence"],
+}
+
+
+@pytest.fixture(scope="module")
+def random_learners():
+    rng = np.random.default_rng(0)
+    return [random_learner(rng, n, N_ITEMS, N_CONCEPTS, 2, learner_id=f"u{i}")
+            for i, n in enumerate([30, 5, 22, 40, 2, 33])]
+
+
+@pytest.mark.parametrize("fixture", sorted(CAUGHT_BY))
+def test_leaky_model_fails_the_gate(fixture, random_learners):
+    torch.manual_seed(0)
+    model = LEAKY_MODELS[fixture](N_ITEMS, N_CONCEPTS)
+    report = run_gate(model, random_learners, GateConfig(checks=MODEL_CHECKS))
+    assert not report.passed, report.table()
+    for check in CAUGHT_BY[fixture]:
+        assert report[check].status == "fail", f"{fixture} not caught by {check}:\n{report.table()}"
+        assert report[check].figure is None or report[check].figure > report[check].bound
+
+
+@pytest.mark.parametrize("precision", ["fp64", "fp32"])
+def test_an_honest_model_passes_the_model_checks_in_both_precisions(precision, random_learners):
+    torch.manual_seed(0)
+    model = create("dkt", n_items=N_ITEMS, n_concepts=N_CONCEPTS, **family("dkt").tiny_config)
+    report = run_gate(model, random_learners, GateConfig(checks=MODEL_CHECKS, precision=precision))
+    assert report.passed, report.table()
+    assert report["attention_masking"].status == "n/a"
+    if precision == "fp64":  # bit-for-bit where the batch shape is unchanged
+        cases = report["future_perturbation"].extras["per_case"]
+        assert all(v == 0.0 for c, v in cases.items() if not c.endswith("cut after t")), cases
+
+
+def _expanded_data(rng, merged: bool) -> GateData:
+    def learners(n, prefix):
+        hs = expanded_rows_data(rng, n, 40, prefix=prefix)
+        return [merge_rows(h) for h in hs] if merged else hs
+    return GateData(learners(300, "tr"), learners(80, "va"), learners(150, "te"))
+
+
+def merge_rows(h):
+    """Fold each run of expanded rows into one interaction carrying all its concepts (what the akt converter does)."""
+    from ktstream.leakage import interaction_groups
+
+    first = np.unique(interaction_groups(h))
+    groups = interaction_groups(h)
+    conc = np.zeros((len(first), 3), dtype=np.int64)
+    for k, f in enumerate(first):
+        cs = h.concepts[groups == f, 0]
+        conc[k, : len(cs)] = cs
+    return type(h)(h.learner_id, h.items[first], conc, h.responses[first], h.times[first],
+                   np.arange(len(first)), [h.event_ids[i] for i in first])
+
+
+DATA_CHECKS = ("random_labels", "repeated_rows", "one_prediction_per_interaction")
+DATA_CONFIG = dict(checks=DATA_CHECKS, random_label_epochs=2, random_label_lr=1e-2)
+
+
+def test_expanded_rows_fail_random_labels_and_the_data_check():
+    torch.manual_seed(0)
+    data = _expanded_data(np.random.default_rng(1), merged=False)
+    model = create("dkt", n_items=N_ITEMS, n_concepts=10, dim=16, hidden=32, dropout=0.0)
+    report = run_gate(model, data, GateConfig(**DATA_CONFIG))
+    rl = report["random_labels"]
+    assert rl.status == "fail" and rl.figure - 0.5 > rl.bound, report.table()
+    assert report["repeated_rows"].status == "fail" and report["repeated_rows"].figure > 0.3
+    assert report["one_prediction_per_interaction"].status == "fail"
+    assert report.labels["data"].startswith("rows as given")
+
+
+def test_the_same_questions_merged_pass_random_labels():
+    torch.manual_seed(0)
+    data = _expanded_data(np.random.default_rng(1), merged=True)
+    model = create("dkt", n_items=N_ITEMS, n_concepts=10, dim=16, hidden=32, dropout=0.0)
+    report = run_gate(model, data, GateConfig(**DATA_CONFIG))
+    assert report.passed, report.table()
+    assert report["repeated_rows"].figure == 0.0 and report.labels["data"].startswith("question-level")
+
+
+CI_CONFIG = dict(n_learners=6, n_positions=3, max_length=60, random_label_epochs=1)
+
+
+@pytest.fixture(scope="module")
+def real_slice():
+    pytest.importorskip("connectors.datasets.akt")
+    return akt_slice(require_dataset("assist2009_akt_pid"))
+
+
+@pytest.mark.parametrize("name", names())
+def test_registered_model_passes_every_check_on_real_data(name, real_slice):
+    data = real_slice
+    torch.manual_seed(0)
+    model = create(name, n_items=data.n_items, n_concepts=data.n_concepts, **family(name).tiny_config)
+    fitted = fit(model, data.train, data.valid, TrainConfig(epochs=1, lr=3e-3, device="cpu", progress=False))
+    gated = GateData(data.train, data.valid, data.test, fit_result=fitted, n_items=data.n_items,
+                     n_concepts=data.n_concepts)
+    report = run_gate(model, gated, GateConfig(**CI_CONFIG))
+    assert report.passed, report.table()
+    applicable = {c.name for c in report.checks if c.status != "n/a"}
+    assert {"future_perturbation", "random_labels", "short_history", "selection_on_valid"} <= applicable, \
+        report.table()

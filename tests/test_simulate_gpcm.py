@@ -1,13 +1,18 @@
-"""The GPCM learner simulator: valid canonical events, the documented ability dynamics, GPCM responses."""
+"""The GPCM learner simulator: valid canonical events, the documented ability dynamics, GPCM responses,
+and Deep-GPCM recovering the true parameters from its data."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from ktstream.data.histories import group_by_learner
-from ktstream.data.simulate_gpcm import gpcm_probs, item_id, simulate
+from ktstream.data.histories import build_vocabularies, collate, encode, group_by_learner
+from ktstream.data.simulate_gpcm import gpcm_probs, item_id, learner_id, simulate
+from ktstream.evaluation.ordinal_metrics import quadratic_weighted_kappa, spearman
+from ktstream.models import create
 from ktstream.schema import Event
+from ktstream.training.ordinal_losses import cross_entropy
 
 
 @pytest.mark.parametrize("K", [2, 4, 10])
@@ -75,3 +80,56 @@ def test_gpcm_probs_k2_is_2pl():
     theta, alpha, beta = np.array([-1.0, 0.3, 2.0]), np.array([0.5, 1.0, 2.0]), np.array([0.0, 1.0, -1.0])
     p = gpcm_probs(theta, alpha, beta[:, None])
     assert np.allclose(p[:, 1], 1 / (1 + np.exp(-alpha * (theta - beta))))
+
+
+@pytest.fixture
+def one_thread():
+    """Small tensors: a second thread only spins (and on a loaded machine costs ten times the CPU)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_deep_gpcm_recovers_the_simulated_parameters(one_thread):
+    """A small version of bench/ordinal_recovery.py (same targets): 800 learners, 50 items, K=4."""
+    torch.manual_seed(0)
+    records, truth = simulate(n_learners=800, n_items=50, n_categories=4, length=(30, 50), seed=1)
+    held_out = {learner_id(u) for u in range(0, 800, 5)}
+    train_recs = [r for r in records if r["learner_id"] not in held_out]
+    items, concepts = build_vocabularies(train_recs)
+    train_h = encode(train_recs, items, concepts)
+    test_h = encode([r for r in records if r["learner_id"] in held_out], items, concepts)
+    model = create("deep-gpcm", n_items=len(items), n_concepts=len(concepts), n_categories=4, memory_size=10,
+                   key_dim=32, value_dim=64, summary_dim=32)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    rng = np.random.default_rng(0)
+    for _ in range(15):
+        order = rng.permutation(len(train_h))
+        for i in range(0, len(order), 32):
+            batch = collate([train_h[j] for j in order[i : i + 32]])
+            log_probs, _ = model(batch)
+            loss = cross_entropy(log_probs[batch.mask], batch.responses[batch.mask])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    model.eval()
+    known = [i for i in range(50) if item_id(i) in items]
+    idx = torch.tensor([items.encode(item_id(i)) for i in known])
+    conc = torch.tensor([[concepts.encode(f"C{int(truth.item_concept[i]):02d}")] for i in known])
+    test_u = [int(h.learner_id[1:]) for h in test_h]
+    with torch.no_grad():
+        _, betas = model.head.item_parameters(model.question(idx, conc))
+        batch = collate(test_h)
+        log_probs, state = model(batch)
+        thetas = []
+        for i in range(len(known)):  # final ability: theta averaged over every item as the query
+            q = batch.at(0)
+            q.items, q.concepts = idx[i].expand(len(test_h)), conc[i].expand(len(test_h), -1)
+            thetas.append(model.describe(state, q)["theta"])
+    assert spearman(truth.difficulty[known], betas.mean(-1).numpy()) >= 0.8
+    assert spearman(truth.final_theta[test_u], torch.stack(thetas, 1).mean(1).numpy()) >= 0.8
+    y = batch.responses[batch.mask].numpy()
+    oracle = np.concatenate([truth.oracle_probs(u) for u in test_u])
+    ours = quadratic_weighted_kappa(y, log_probs[batch.mask].argmax(-1).numpy(), 4)
+    assert ours >= 0.9 * quadratic_weighted_kappa(y, oracle.argmax(1), 4)

@@ -43,6 +43,7 @@ class FinetuneConfig:
     lr: float = 1e-3
     weight_decay: float = 0.0
     patience: int = 2
+    lr_decay: float = 0.5  # the trainer's: lr x this after an epoch that does not improve selection
     chunk: int = 200
     segment: int | None = 200  # training histories cut into pieces of this many positions (None: whole)
     seed: int = 0
@@ -53,7 +54,7 @@ class FinetuneConfig:
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, weight_decay=self.weight_decay,
-                           patience=self.patience, chunk=self.chunk, seed=self.seed, device=self.device,
+                           patience=self.patience, lr_decay=self.lr_decay, chunk=self.chunk, seed=self.seed, device=self.device,
                            progress=self.progress)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -15,7 +16,11 @@ from ktstream.finetune import ModelRegistry, build_replay, fine_tune, judge, pai
 from ktstream.finetune.promotion import reencode
 from ktstream.models import create
 from ktstream.models.dkt import DKT
-from tests.finetune.conftest import DAY_MS, TINY_DKT, fast_promotion, tiny_finetune
+from ktstream.leakage import ALL_CHECKS
+from tests.finetune.conftest import DAY_MS, TINY_DKT, fast_gate, fast_promotion, tiny_finetune
+
+# where the comparison, not the gate, is under test: every check but the costly random-label training
+CHEAP = fast_promotion(gate=fast_gate(checks=[c for c in ALL_CHECKS if c != "random_labels"]))
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +59,10 @@ def test_clearly_better_candidate_is_promoted(world, tmp_path):
 def test_worse_candidate_is_rejected_and_kept_with_its_report(world, tmp_path):
     data, good = world
     untrained = fine_tune(data, cfg=tiny_finetune(epochs=1, lr=0.0), family="dkt", model_kwargs=TINY_DKT)
-    decision = judge(untrained, (good.model, data.items, data.concepts), data, fast_promotion())
+    decision = judge(untrained, (good.model, data.items, data.concepts), data, CHEAP)
     assert not decision.promote and decision.comparison["ci_high"] < 0
     reg = ModelRegistry(tmp_path)
-    outcome, name = promote_or_reject(reg, untrained, decision, data, "v000007", fast_promotion())
+    outcome, name = promote_or_reject(reg, untrained, decision, data, "v000007", CHEAP)
     assert outcome == "rejected" and reg.latest() is None and reg.rejected() == [name]
     report = reg.rejected_report(name)
     assert report["parent"] == "v000007" and report["promotion"]["promote"] is False
@@ -67,9 +72,9 @@ def test_worse_candidate_is_rejected_and_kept_with_its_report(world, tmp_path):
 
 def test_no_better_than_serving_is_not_promoted(world):
     data, good = world
-    same = judge(good, (good.model, data.items, data.concepts), data, fast_promotion())
+    same = judge(good, (good.model, data.items, data.concepts), data, CHEAP)
     assert same.comparison["difference"] == 0.0 and same.comparison["ci_low"] == 0.0 and not same.promote
-    margin = judge(good, (fresh(data), data.items, data.concepts), data, fast_promotion(margin=0.5))
+    margin = judge(good, (fresh(data), data.items, data.concepts), data, replace(CHEAP, margin=0.5))
     assert margin.comparison["difference"] > 0 and not margin.promote
 
 

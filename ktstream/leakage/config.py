@@ -51,6 +51,7 @@ class GateConfig:
     random_label_batch_size: int = 32
     random_label_lr: float = 3e-3
     random_label_chunk: int = 200
+    random_label_patience: int | None = None  # early-stopping patience (None: all epochs run)
     device: str = "auto"  # where the random-label training runs (auto: GPU when present)
     # short-history anomaly (1-based positions in a learner's history)
     short_positions: tuple[int, int] = (2, 10)

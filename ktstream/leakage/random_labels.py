@@ -59,15 +59,20 @@ def binary_view(y: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return (y >= cut).astype(np.int64), probs[:, cut:].sum(1)
 
 
-def random_label_auc(model: KTModel, train, valid, test, cfg: GateConfig) -> dict:
-    """Train a fresh copy of ``model`` on random labels; its test AUC, the null bound, and counts."""
+def random_label_auc(model: KTModel, train, valid, test, cfg: GateConfig, relabel: bool = True) -> dict:
+    """Train a fresh copy of ``model`` on random labels; its test AUC, the null bound, and counts.
+
+    ``relabel=False``: the splits already carry random labels (drawn by the caller).
+    """
     rng = np.random.default_rng(cfg.seed + 1)
     K = model.n_categories
-    train_r, valid_r, test_r = (with_random_labels(s, K, rng) for s in (train, valid, test))
+    splits = (train, valid, test)
+    train_r, valid_r, test_r = (with_random_labels(s, K, rng) for s in splits) if relabel else splits
     torch.manual_seed(cfg.seed)
     fresh = type(model)(**model.config())
     tc = TrainConfig(epochs=cfg.random_label_epochs, batch_size=cfg.random_label_batch_size,
-                     lr=cfg.random_label_lr, patience=cfg.random_label_epochs, chunk=cfg.random_label_chunk,
+                     lr=cfg.random_label_lr, patience=cfg.random_label_patience or cfg.random_label_epochs,
+                     chunk=cfg.random_label_chunk,
                      seed=cfg.seed, device=cfg.device, progress=False)
     result = fit(fresh, train_r, valid_r, tc)
     probs = predict_histories(fresh, test_r, tc.eval_batch_size, resolve_device(cfg.device))

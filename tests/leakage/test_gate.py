@@ -103,7 +103,7 @@ def test_the_same_questions_merged_pass_random_labels():
     assert report["repeated_rows"].figure == 0.0 and report.labels["data"].startswith("question-level")
 
 
-CI_CONFIG = dict(n_learners=6, n_positions=3, max_length=60, random_label_epochs=1)
+CI_CONFIG = dict(random_label_epochs=2)  # the defaults otherwise: 8 learners, 4 positions, up to 200 long
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +125,20 @@ def test_registered_model_passes_every_check_on_real_data(name, real_slice):
     applicable = {c.name for c in report.checks if c.status != "n/a"}
     assert {"future_perturbation", "random_labels", "short_history", "selection_on_valid"} <= applicable, \
         report.table()
+
+
+def _windowed_families() -> list[str]:
+    from ktstream.models.windowed import WindowedKT
+
+    return [n for n in names() if issubclass(family(n), WindowedKT)]
+
+
+@pytest.mark.parametrize("name", _windowed_families())
+def test_attention_options_pass_the_model_checks(name, random_learners):
+    """Head routing and the time-decay relation (on histories with clocks and steps) stay causal."""
+    torch.manual_seed(0)
+    options = {"heads": 4, "shared_heads": 1, "routed_topk": 2, "time_decay": True, "relation_dim": 4}
+    model = create(name, n_items=N_ITEMS, n_concepts=N_CONCEPTS, **{**family(name).tiny_config, **options})
+    report = run_gate(model, random_learners, GateConfig(checks=MODEL_CHECKS))
+    assert report.passed, report.table()
+    assert report["attention_masking"].status == "pass" and len(report["attention_masking"].extras["maps"]) >= 1

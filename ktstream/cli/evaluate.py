@@ -21,7 +21,7 @@ from ktstream.training.trainer import TrainConfig
 log = logging.getLogger("ktstream.evaluate")
 
 TABLE_COLUMNS = ["dataset", "rows", "model", "labels", "test_auc", "accuracy", "log_loss", "rmse", "brier",
-                 "best_epoch", "minutes"]
+                 "best_epoch", "minutes", "cpu_minutes"]
 
 
 def register(sub) -> None:
@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
                       chunk=args.chunk, seed=args.seed, device=args.device)
     kwargs = _model_kwargs(args.model_arg)
-    started = time.time()
+    started, cpu_started = time.time(), time.process_time()
     if args.protocol == "benchmark":
         train, valid, test, rows = load_benchmark_splits(args.dataset, args.fold, args.keep_repeated_rows)
         if args.random_labels:
@@ -133,7 +133,9 @@ def run(args: argparse.Namespace) -> int:
         c1, c0 = (int(np.quantile(times, q)) for q in (args.select_from, args.test_from))
         result = prequential_time(args.model, records, c1, c0, cfg, kwargs)
         result.update(dataset=args.dataset or str(args.events), rows="as given")
-    result.update(random_labels=args.random_labels, minutes=round((time.time() - started) / 60, 2))
+    # CPU minutes: the run's own compute, comparable across machines that are busy with other work
+    result.update(random_labels=args.random_labels, minutes=round((time.time() - started) / 60, 2),
+                  cpu_minutes=round((time.process_time() - cpu_started) / 60, 2), threads=torch.get_num_threads())
     row = table_row(result)
     text = format_table([row], TABLE_COLUMNS)
     print(text)
@@ -160,4 +162,5 @@ def table_row(result: dict) -> dict:
     return {"dataset": result.get("dataset"), "rows": result.get("rows"), "model": result["model"],
             "labels": "coin flips" if result.get("random_labels") else "real", "test_auc": t["auc"],
             "accuracy": t["accuracy"], "log_loss": t["log_loss"], "rmse": t["rmse"], "brier": t["brier"],
-            "best_epoch": result["fit"]["best_epoch"], "minutes": result.get("minutes")}
+            "best_epoch": result["fit"]["best_epoch"], "minutes": result.get("minutes"),
+            "cpu_minutes": result.get("cpu_minutes")}

@@ -47,6 +47,7 @@ class Window:
     dist: torch.Tensor  # interactions between query anchor and key
     secs: torch.Tensor  # elapsed seconds, 0 where unknown
     timed: torch.Tensor  # both sides have a clock
+    log_minutes: torch.Tensor | None  # log1p(secs / 60); None when no pair has a clock
 
 
 def window(q_pos: torch.Tensor, q_time: torch.Tensor, k_pos: torch.Tensor, k_valid: torch.Tensor,
@@ -57,7 +58,8 @@ def window(q_pos: torch.Tensor, q_time: torch.Tensor, k_pos: torch.Tensor, k_val
     elapsed = q_time.unsqueeze(-1) - k_time.unsqueeze(1)  # float64 epoch seconds
     timed = ~torch.isnan(elapsed)
     secs = torch.where(timed, elapsed, 0.0).clamp(min=0.0).float()  # NaN never enters a graph
-    return Window(allowed, d.float(), secs, timed)
+    log_minutes = torch.log1p(secs / 60.0) if bool(timed.any()) else None
+    return Window(allowed, d.float(), secs, timed, log_minutes)
 
 
 class TimeDecayRelation(nn.Module):
@@ -109,7 +111,7 @@ class HeadRouter(nn.Module):
 
 
 class WindowAttention(nn.Module):
-    def __init__(self, dim: int, heads: int, dropout: float = 0.0, kq_same: bool = False, relation: bool = False,
+    def __init__(self, dim: int, heads: int, kq_same: bool = False, relation: bool = False,
                  shared_heads: int = 0, routed_topk: int = 0):
         super().__init__()
         assert dim % heads == 0, f"dim ({dim}) must be a multiple of heads ({heads})"
@@ -122,7 +124,6 @@ class WindowAttention(nn.Module):
         self.phi = nn.Parameter(torch.full((heads,), -3.0))  # decay per log-minute
         self.relation = TimeDecayRelation(heads) if relation else None
         self.router = HeadRouter(dim, heads, shared_heads, routed_topk) if routed_topk else None
-        self.drop = nn.Dropout(dropout)
 
     def kv(self, src_k: torch.Tensor, src_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """What a cache stores for a key: its projected key and value, (..., D) each."""
@@ -138,8 +139,9 @@ class WindowAttention(nn.Module):
         B, Tq, D = x.shape
         H, scale = self.heads, 1.0 / math.sqrt(self.dk)
         q, kh, vh = self._heads((self.k if self.q is None else self.q)(x)), self._heads(k), self._heads(v)  # (B, H, Tq|S, dk)
-        bias = -F.softplus(self.theta).view(1, H, 1, 1) * win.dist.unsqueeze(1) \
-            - F.softplus(self.phi).view(1, H, 1, 1) * torch.log1p(win.secs / 60.0).unsqueeze(1)
+        bias = -F.softplus(self.theta).view(1, H, 1, 1) * win.dist.unsqueeze(1)
+        if win.log_minutes is not None:  # the seconds term: 0 where either side has no clock
+            bias = bias - F.softplus(self.phi).view(1, H, 1, 1) * win.log_minutes.unsqueeze(1)
         logits = (q @ kh.transpose(-1, -2) * scale + bias).masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
         null_k, null_v = self.null_k.view(H, 1, self.dk), self.null_v.view(H, 1, self.dk)
         cols = [(q * null_k).sum(-1, keepdim=True) * scale, logits]  # null slot first
@@ -150,11 +152,10 @@ class WindowAttention(nn.Module):
         if self.relation is not None:
             assert self_kv is None, "the time-decay relation is for retrieval over past interactions only"
             w = self.relation(w, rel[0], rel[1], win)
-        wd = self.drop(w)
         S = kh.shape[-2]
-        out = wd[..., :1] * null_v + wd[..., 1: 1 + S] @ vh  # (B, H, Tq, dk)
+        out = w[..., :1] * null_v + w[..., 1: 1 + S] @ vh  # (B, H, Tq, dk)
         if self_kv is not None:
-            out = out + wd[..., -1:] * sv
+            out = out + w[..., -1:] * sv
         if self.router is not None:
             out = out * self.router(route_in)
         return self.o(out.transpose(1, 2).reshape(B, Tq, D)), w
@@ -165,7 +166,7 @@ class Block(nn.Module):
 
     def __init__(self, dim: int, heads: int, ffn: int, dropout: float, **attention_options):
         super().__init__()
-        self.attn = WindowAttention(dim, heads, dropout, **attention_options)
+        self.attn = WindowAttention(dim, heads, **attention_options)  # dropout on outputs, not weights
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.ffn = nn.Sequential(nn.Linear(dim, ffn), nn.ReLU(), nn.Dropout(dropout), nn.Linear(ffn, dim))
         self.drop = nn.Dropout(dropout)

@@ -260,3 +260,27 @@ def test_blocked_forward_equals_one_block(name, make_histories):
         blocked, blocked_state = model(hist)
     assert torch.allclose(blocked[hist.mask], whole[hist.mask], atol=1e-6)
     assert states_equal(blocked_state, whole_state, atol=1e-6)
+
+
+def test_explain_heatmap_rows_are_the_served_attention(make_histories, tmp_path):
+    from ktstream.cli.explain import attention_map
+    from ktstream.cli.main import main
+    from ktstream.data.eventlog import write_events
+
+    model = build("akt", **OPTIONS["routing"])
+    _, hist = make_histories([3 * W], N_ITEMS, N_CONCEPTS, 2, seed=24, step_prob=0.3)
+    heat, infos = attention_map(model, hist)
+    assert np.allclose(heat.sum(1), 1.0, atol=1e-5)
+    for t in range(3 * W):
+        ss = int(hist.step_start[0, t])
+        outside = np.ones(3 * W, dtype=bool)
+        outside[max(0, ss - W): ss] = False
+        assert (heat[t, 1:][outside] == 0).all(), f"row {t} reads outside its window"
+    records = [{"event_id": f"e{i}", "learner_id": "u" if i < 30 else "v", "item_id": f"q{i % 7}",
+                "concept_ids": [f"c{i % 3}"], "response": i % 2, "event_time": 1_700_000_000_000 + 60_000 * i,
+                "seq": i} for i in range(40)]
+    write_events(records, tmp_path / "events.jsonl")
+    out = tmp_path / "att.png"
+    assert main(["explain", str(tmp_path / "events.jsonl"), "--learner", "u", "--model", "sakt",
+                 "--model-arg", "dim=8", "--model-arg", "heads=2", "--model-arg", "window=8", "-o", str(out)]) == 0
+    assert out.stat().st_size > 1000

@@ -63,6 +63,10 @@ class EngineSettings(_Section):
     max_record_bytes: int = Field(65_536, ge=256)
     cache_max_bytes: int = Field(512 * 2**20, ge=2**16)
     torch_threads: int = Field(1, ge=1)
+    gc_tuning: bool = Field(True, description="freeze the start-up heap and collect less often (faster; "
+                                             "see ktstream.engine.service.tune_gc)")
+    describe: bool = Field(True, description="add model.describe() (ability, mastery, attention summary) "
+                                            "to predictions; costs a second state read")
 
 
 class MetricsSettings(_Section):

@@ -116,17 +116,24 @@ class EngineMetrics:
         self._quality(batch.outcomes)
 
     def _quality(self, outcomes: list[tuple[float, int]]) -> None:
+        n = [0] * len(self.bins)
+        correct = [0] * len(self.bins)
+        psum = [0.0] * len(self.bins)
         for p, y in outcomes:
-            b = self.bins[self.quality.bin_of(p)]
-            self.cal_n.labels(b).inc()
-            self.cal_correct.labels(b).inc(int(y == 1))
-            self.cal_p.labels(b).inc(p)
+            i = self.quality.bin_of(p)
+            n[i] += 1
+            correct[i] += int(y == 1)
+            psum[i] += p
             if self.quality.update(p, y):
                 self.drift.inc()
+        for i, b in enumerate(self.bins):
+            if n[i]:
+                self.cal_n.labels(b).inc(n[i])
+                self.cal_correct.labels(b).inc(correct[i])
+                self.cal_p.labels(b).inc(psum[i])
         if outcomes:
-            auc, ll = self.quality.auc(), self.quality.log_loss()
-            self.auc.set(auc)
-            self.log_loss.set(ll)
+            self.auc.set(self.quality.auc())
+            self.log_loss.set(self.quality.log_loss())
 
     def observe_state(self, learners: int, nbytes: int, evictions: int, lag: dict[tuple[str, int], int]) -> None:
         """Gauges sampled by the engine loop: cache size and per-partition lag."""

@@ -40,6 +40,10 @@ def malformed() -> list[bytes]:
 
 
 def run(args) -> int:
+    if not getattr(args, "verbose", False):
+        logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at INFO
+    import torch
+
     from connectors.broker import EmbeddedBroker
     from connectors.kafka import KafkaSink, KafkaSource
     from ktstream.config import load_settings
@@ -56,11 +60,13 @@ def run(args) -> int:
         k = s.kafka
         broker.create_topics([k.topics.events, k.topics.predictions, k.topics.dead_letters], k.partitions)
         print(f"broker  Tansu on {broker.bootstrap_servers}, topics with {k.partitions} partitions")
+        torch.set_num_threads(s.engine.torch_threads)  # also for train-quick: 2 threads on 2 busy cores is slower
         t0 = time.perf_counter()
         serving = load_model(s.model)
         print(f"model   {serving.model.name} {serving.version} trained in {time.perf_counter() - t0:.1f}s "
               f"(validation AUC {serving.valid_auc or float('nan'):.3f})")
-        records = replay_order(simulate(n_learners=args.learners, seed=1, query_prob=0.03))
+        records = replay_order(simulate(n_learners=args.learners, seed=1, query_prob=0.03, start_spread_ms=300_000,
+                                        mean_gap_ms=30_000))
         bad = malformed()
         service = Service(s, serving, KafkaSource(k, max_poll_records=s.engine.max_batch), KafkaSink(k))
         print(f"engine  metrics on http://{service.server.host}:{service.server.port}/metrics (also /healthz, /readyz)")

@@ -25,6 +25,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    if not getattr(args, "verbose", False):
+        logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at INFO
     from connectors.kafka import KafkaSink
     from ktstream.config import load_settings
     from ktstream.data.eventlog import read_events

@@ -17,6 +17,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    if not getattr(args, "verbose", False):
+        logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at INFO
     from connectors.kafka import KafkaSink, KafkaSource  # the only Kafka client code lives in connectors/
     from ktstream.config import load_settings
     from ktstream.engine.bootstrap import load_model

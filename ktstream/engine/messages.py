@@ -10,13 +10,14 @@ the expected score for ordinal ones, and what the model's ``describe`` adds
 from __future__ import annotations
 
 import base64
+import json
 import time
 
 import torch
 
 from ktstream.engine.decode import Decoded, Rejected
 from ktstream.engine.records import Output, Record
-from ktstream.schema import DeadLetter, Prediction, SourceRef
+from ktstream.schema import DeadLetter, SourceRef
 
 MAX_EXTRA_VALUES = 64
 
@@ -26,8 +27,7 @@ def now_ms() -> int:
 
 
 def source_ref(record: Record) -> SourceRef:
-    # Built from a broker record (already typed): no validation needed on this hot path.
-    return SourceRef.model_construct(topic=record.topic, partition=record.partition, offset=record.offset)
+    return SourceRef(topic=record.topic, partition=record.partition, offset=record.offset)
 
 
 def dead_letter(topic: str, record: Record, reason: str, detail: str) -> Output:
@@ -41,37 +41,54 @@ def rejected(topic: str, r: Rejected) -> Output:
     return dead_letter(topic, r.record, r.reason, r.detail)
 
 
-def describe_row(extras: dict[str, torch.Tensor], b: int, concepts: dict[str, int]) -> dict:
-    """Row ``b`` of ``model.describe`` output -> Prediction fields (ability, mastery, extras).
+def describe_rows(extras: dict[str, torch.Tensor], concepts: list[dict[str, int]]) -> list[dict]:
+    """``model.describe`` output for a wave -> per-event Prediction fields (ability, mastery, extras).
 
     ``ability`` / ``theta`` (one number per learner) becomes ``ability``; ``mastery``
-    (B, n_concepts), columns indexed by the concept vocabulary, is reported for the
-    event's own concepts (``concepts``: concept id -> vocabulary index); any other
-    entry with at most 64 numbers per learner goes to ``extras``.
+    (B, n_concepts), columns indexed by the concept vocabulary, is reported for each
+    event's own concepts (``concepts[b]``: concept id -> vocabulary index); any other
+    entry with at most 64 numbers per learner goes to ``extras`` (larger ones, such
+    as full attention maps, stay out of the message).
     """
-    out: dict = {"extras": {}}
+    B = len(concepts)
+    rows: list[dict] = [{"extras": {}} for _ in range(B)]
     for key, value in extras.items():
-        row = value[b].detach().float().reshape(-1)
-        if key in ("ability", "theta") and row.numel() == 1:
-            out["ability"] = float(row[0])
+        v = value.detach().float().reshape(B, -1)  # (B, n)
+        if key in ("ability", "theta") and v.shape[1] == 1:
+            for row, x in zip(rows, v[:, 0].tolist()):
+                row["ability"] = x
         elif key == "mastery":
-            out["mastery"] = {c: float(row[i]) for c, i in concepts.items() if 1 < i < row.numel()}
-        elif row.numel() <= MAX_EXTRA_VALUES:
-            out["extras"][key] = float(row[0]) if row.numel() == 1 else row.tolist()
-    return out
+            for b, row in enumerate(rows):
+                cols = {c: i for c, i in concepts[b].items() if 1 < i < v.shape[1]}
+                row["mastery"] = dict(zip(cols, v[b, list(cols.values())].tolist())) if cols else {}
+        elif v.shape[1] <= MAX_EXTRA_VALUES:
+            values = v[:, 0].tolist() if v.shape[1] == 1 else v.tolist()
+            for row, x in zip(rows, values):
+                row["extras"][key] = x
+    return rows
 
 
 def prediction(topic: str, d: Decoded, model_name: str, version: str, probs: list[float], late: bool,
-               received_ms: int, extras: dict | None = None) -> tuple[Output, int]:
-    """The prediction message for one event, and its produced-at time (epoch ms)."""
-    e = d.event
+               received_ms: int, fields: dict | None = None) -> tuple[Output, int]:
+    """The prediction message (ktstream.schema.Prediction as JSON) for one event, and its produced-at time.
+
+    Built as a plain dict in Prediction's field order (None fields left out) because this
+    runs once per event; the tests validate the JSON against the Prediction model.
+    """
+    e, rec = d.event, d.record
     k = len(probs)
     produced = now_ms()
-    # model_construct skips validation (every field is ours and typed; the tests validate the JSON).
-    msg = Prediction.model_construct(source=source_ref(d.record), event_id=e.event_id, learner_id=e.learner_id,
-                     item_id=e.item_id, model_name=model_name, model_version=version, probs=probs,
-                     p_correct=probs[1] if k == 2 else None,
-                     expected_score=sum(i * p for i, p in enumerate(probs)) if k > 2 else None,
-                     event_time=d.event_time_ms, late=late, received_at_ms=received_ms,
-                     produced_at_ms=produced, **(extras or {"extras": {}}))
-    return Output(topic, e.learner_id.encode(), msg.model_dump_json(exclude_none=True).encode()), produced
+    msg = {"source": {"topic": rec.topic, "partition": rec.partition, "offset": rec.offset},
+           "event_id": e.event_id, "learner_id": e.learner_id, "item_id": e.item_id, "model_name": model_name,
+           "model_version": version, "probs": probs}
+    if k == 2:
+        msg["p_correct"] = probs[1]
+    else:
+        msg["expected_score"] = sum(i * p for i, p in enumerate(probs))
+    if fields:
+        msg.update({key: fields[key] for key in ("ability", "mastery") if key in fields})
+        msg["extras"] = fields.get("extras", {})
+    if d.event_time_ms is not None:
+        msg["event_time"] = d.event_time_ms
+    msg.update(late=late, received_at_ms=received_ms, produced_at_ms=produced)
+    return Output(topic, e.learner_id.encode(), json.dumps(msg, separators=(",", ":")).encode()), produced

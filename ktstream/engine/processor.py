@@ -74,9 +74,13 @@ class Processor:
         batch.late_applied, batch.duplicates = planned.late_applied, len(planned.duplicates)
         for wave in planned.waves:
             probs, extras = self.runner.run_wave(wave)
-            rows = probs.tolist()
-            for b, p in enumerate(wave):
-                self._predict(batch, p.decoded, rows[b], p.late, extras, b)
+            fields = [None] * len(wave)
+            if extras:
+                vocab = self.runner.concepts
+                fields = messages.describe_rows(extras, [{c: vocab.encode(c) for c in p.decoded.event.concept_ids}
+                                                         for p in wave])
+            for p, row, f in zip(wave, probs.tolist(), fields):
+                self._predict(batch, p.decoded, row, p.late, f)
             batch.wave_sizes.append(len(wave))
         touched = dict.fromkeys(p.learner.learner_id for wave in planned.waves for p in wave)
         batch.staged = [learners[lid] for lid in touched]
@@ -97,9 +101,7 @@ class Processor:
                 out[lid] = LearnerState(lid, s, self.runner.version)
         return out
 
-    def _predict(self, batch: Batch, d: Decoded, probs: list[float], late: bool, extras: dict, b: int) -> None:
-        fields = messages.describe_row(extras, b, {c: self.runner.concepts.encode(c) for c in d.event.concept_ids}) \
-            if extras else None
+    def _predict(self, batch: Batch, d: Decoded, probs: list[float], late: bool, fields: dict | None) -> None:
         out, produced = messages.prediction(self.predictions_topic, d, self.runner.name, self.runner.version,
                                             probs, late, batch.received_ms, fields)
         batch.outputs.append(out)

@@ -26,10 +26,12 @@ from ktstream.schema import Event
 
 
 class ModelRunner:
-    def __init__(self, model: KTModel, items: Vocabulary, concepts: Vocabulary, version: str):
+    def __init__(self, model: KTModel, items: Vocabulary, concepts: Vocabulary, version: str,
+                 describe: bool = True):
         self.model = model.eval()
         self.items, self.concepts, self.version = items, concepts, version
-        self.describes = type(model).describe is not KTModel.describe
+        # describe() costs a second read of the state (attention models): it can be switched off.
+        self.describes = describe and type(model).describe is not KTModel.describe
 
     @property
     def name(self) -> str:

@@ -1,0 +1,205 @@
+"""Engine throughput and latency on the embedded broker (Tansu), each figure relative to passthrough.
+
+Passthrough = the same engine loop (poll, validate each record with pydantic,
+produce one small JSON message per event, flush with acks=all, commit) with no
+model and no state. The engine runs DKT, DKVMN and SAKT (when registered) at
+their default sizes on the same records.
+
+1. Throughput: every configuration drains the same pre-loaded topic
+   (--events simulated events, many learners active at once) with a fresh
+   consumer group; the clock runs from the first polled record to the last
+   commit (the group join is excluded). Configurations run round-robin
+   --repeat times; the median is reported, with its ratio to passthrough.
+2. Latency: an offered rate (--rate events/s, event time stamped at sending)
+   is produced by a separate process for --seconds; p50/p99 of event time ->
+   prediction produced, and the throughput achieved.
+
+    python bench/bench_engine.py                      # about 3-4 minutes on 2 shared cores
+    python bench/bench_engine.py --events 5000 --seconds 3 --repeat 1   # smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from connectors.broker import EmbeddedBroker  # noqa: E402
+from connectors.kafka import KafkaSink, KafkaSource  # noqa: E402
+from ktstream.config import load_settings  # noqa: E402
+from ktstream.data.histories import build_vocabularies  # noqa: E402
+from ktstream.data.simulate import simulate  # noqa: E402
+from ktstream.engine.bootstrap import ServingModel  # noqa: E402
+from ktstream.engine.decode import Decoded, decode  # noqa: E402
+from ktstream.engine.engine import Engine  # noqa: E402
+from ktstream.engine.messages import dead_letter, now_ms  # noqa: E402
+from ktstream.engine.processor import Batch  # noqa: E402
+from ktstream.engine.records import Output  # noqa: E402
+from ktstream.engine.replay import publish, replay_order  # noqa: E402
+from ktstream.engine.service import build_engine, tune_gc  # noqa: E402
+from ktstream.engine.state_cache import StateCache  # noqa: E402
+from ktstream.metrics import EngineMetrics  # noqa: E402
+from ktstream.models import create, names  # noqa: E402
+
+PARTITIONS = 4
+
+
+class Passthrough:
+    """Decode and validate, then one small JSON output per event: the loop without model or state."""
+
+    def __init__(self, predictions: str, dead: str, max_bytes: int):
+        self.predictions, self.dead, self.max_bytes = predictions, dead, max_bytes
+        self.cache = StateCache(1 << 20)
+        self.runner = SimpleNamespace(name="passthrough", version="-")
+
+    def process(self, records) -> Batch:
+        batch = Batch(received_ms=now_ms(), records=len(records))
+        for rec in records:
+            batch.offsets[rec.tp] = max(batch.offsets.get(rec.tp, 0), rec.offset + 1)
+            batch.first_offsets.setdefault(rec.tp, rec.offset)
+            d = decode(rec, self.max_bytes)
+            if not isinstance(d, Decoded):
+                batch.outputs.append(dead_letter(self.dead, rec, d.reason, d.detail))
+                continue
+            produced = now_ms()
+            msg = {"source": {"topic": rec.topic, "partition": rec.partition, "offset": rec.offset},
+                   "event_id": d.event.event_id, "learner_id": d.event.learner_id, "event_time": d.event_time_ms,
+                   "received_at_ms": batch.received_ms, "produced_at_ms": produced}
+            batch.outputs.append(Output(self.predictions, rec.key, json.dumps(msg).encode()))
+            batch.predictions += 1
+            if d.event_time_ms is not None:
+                batch.end_to_end_ms.append(produced - d.event_time_ms)
+        return batch
+
+
+def make_engine(cfg: str, s, serving: dict) -> Engine:
+    source, sink = KafkaSource(s.kafka, max_poll_records=s.engine.max_batch), KafkaSink(s.kafka)
+    if cfg != "passthrough":
+        return build_engine(s, serving[cfg], source, sink)
+    e = s.engine
+    processor = Passthrough(s.kafka.topics.predictions, s.kafka.topics.dead_letters, e.max_record_bytes)
+    return Engine(source, sink, processor, EngineMetrics(), e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s)
+
+
+def settings(broker, tag: str, events_topic: str, max_batch: int):
+    return load_settings(None, kafka=dict(bootstrap_servers=broker.bootstrap_servers, group_id=f"bench-{tag}",
+                                          session_timeout_ms=6000, partitions=PARTITIONS,
+                                          topics=dict(events=events_topic, predictions=f"{tag}.pred",
+                                                      dead_letters=f"{tag}.dead")),
+                         engine=dict(max_batch=max_batch, poll_timeout_ms=5), metrics=dict(port=0))
+
+
+def drain(engine, total: int, timeout_s: float = 600.0) -> tuple[float, float, int]:
+    """Run until ``total`` records are committed.
+
+    Returns wall seconds and CPU seconds (this process, all threads: the Kafka clients'
+    IO threads included) from the first record on, and the records done.
+    """
+    while not engine.joined:
+        engine.step()
+    start = cpu0 = None
+    done, deadline = 0, time.monotonic() + timeout_s
+    while done < total and time.monotonic() < deadline:
+        if start is None:
+            wall, cpu = time.perf_counter(), time.process_time()
+        batch = engine.step()
+        if batch is not None:
+            if start is None:
+                start, cpu0 = wall, cpu
+            done += batch.records
+    return time.perf_counter() - (start or time.perf_counter()), time.process_time() - (cpu0 or 0.0), done
+
+
+def offered(bootstrap: str, topic: str, records: list, rate: float) -> None:
+    s = load_settings(None, kafka=dict(bootstrap_servers=bootstrap, client_id="bench-publisher"))
+    sink = KafkaSink(s.kafka)
+    for _ in publish(records, sink, topic, rate=rate, retime=True, chunk=25, progress=False):
+        pass
+    sink.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--events", type=int, default=20_000)
+    ap.add_argument("--rate", type=float, default=5000.0)
+    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--max-batch", type=int, default=1000)
+    ap.add_argument("--latency-max-batch", type=int, default=250)
+    ap.add_argument("--models", default=",".join(m for m in ("dkt", "dkvmn", "sakt") if m in names()))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    world = dict(start_spread_ms=60_000, mean_gap_ms=30_000, mean_length=10)
+    load = replay_order(simulate(n_learners=max(args.events // 10, 10), seed=1, **world))[: args.events]
+    live = replay_order(simulate(n_learners=int(args.rate * args.seconds / 10) + 10, seed=2, id_prefix="l", **world))
+    live = live[: int(args.rate * args.seconds)]
+    items, concepts = build_vocabularies(load)
+    serving = {}
+    for m in args.models.split(","):
+        torch.manual_seed(0)
+        serving[m] = ServingModel(create(m, n_items=len(items), n_concepts=len(concepts)).eval(), items, concepts, "b")
+    configs = ["passthrough"] + list(serving)
+    print(f"CPU threads: torch 1; cores visible {len(__import__('os').sched_getaffinity(0))}; "
+          f"load average {__import__('os').getloadavg()[0]:.1f}")
+    with EmbeddedBroker() as broker:
+        broker.create_topics(["bench.events"], PARTITIONS)
+        sink = KafkaSink(load_settings(None, kafka=dict(bootstrap_servers=broker.bootstrap_servers)).kafka)
+        for _ in publish(load, sink, "bench.events", chunk=1000, progress=False):
+            pass
+        sink.close()
+        tune_gc()  # as Service.run does (engine.gc_tuning)
+        rates = {c: [] for c in configs}
+        cpu = {c: [] for c in configs}  # CPU microseconds per event
+        for r in range(args.repeat):
+            for cfg in configs:
+                tag = f"{cfg}-{uuid.uuid4().hex[:6]}"
+                s = settings(broker, tag, "bench.events", args.max_batch)
+                broker.create_topics([s.kafka.topics.predictions, s.kafka.topics.dead_letters], PARTITIONS)
+                engine = make_engine(cfg, s, serving)
+                seconds, cpu_s, done = drain(engine, len(load))
+                engine.close()
+                rates[cfg].append(done / seconds)
+                cpu[cfg].append(cpu_s / done * 1e6)
+                print(f"  throughput run {r + 1} {cfg:12s} {done} events in {seconds:6.2f}s = {done / seconds:7.0f} ev/s"
+                      f"  ({cpu[cfg][-1]:5.0f} us CPU per event)", flush=True)
+        base, base_cpu = statistics.median(rates["passthrough"]), statistics.median(cpu["passthrough"])
+        print(f"\nthroughput ({len(load)} events, max_batch {args.max_batch}, median of {args.repeat}; "
+              f"CPU ratio = passthrough CPU per event / this one's, i.e. throughput ratio on an idle core):")
+        for cfg in configs:
+            med, c = statistics.median(rates[cfg]), statistics.median(cpu[cfg])
+            print(f"  {cfg:12s} {med:7.0f} ev/s  ratio {med / base:5.2f} | {c:5.0f} us CPU/event  "
+                  f"CPU ratio {base_cpu / c:5.2f}  (~{1e6 / c:5.0f} ev/s per busy core)")
+        print(f"\nlatency at an offered {args.rate:.0f} ev/s for {args.seconds:.0f}s (max_batch {args.latency_max_batch}):")
+        for cfg in configs:
+            tag = f"lat-{cfg}-{uuid.uuid4().hex[:6]}"
+            s = settings(broker, tag, f"{tag}.ev", args.latency_max_batch)
+            broker.create_topics([s.kafka.topics.events, s.kafka.topics.predictions, s.kafka.topics.dead_letters],
+                                 PARTITIONS)
+            engine = make_engine(cfg, s, serving)
+            engine.metrics.recent_end_to_end = __import__("collections").deque(maxlen=len(live))
+            while not engine.joined:
+                engine.step()
+            pub = mp.get_context("spawn").Process(target=offered, args=(broker.bootstrap_servers,
+                                                                          s.kafka.topics.events, live, args.rate))
+            pub.start()
+            seconds, _, done = drain(engine, len(live))
+            pub.join(30)
+            engine.close()
+            lat = np.array(engine.metrics.recent_end_to_end) * 1000
+            print(f"  {cfg:12s} p50 {np.percentile(lat, 50):7.1f} ms  p99 {np.percentile(lat, 99):7.1f} ms  "
+                  f"max {lat.max():7.1f} ms  achieved {done / seconds:6.0f} ev/s", flush=True)
+
+
+if __name__ == "__main__":
+    main()

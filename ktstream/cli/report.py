@@ -41,10 +41,13 @@ def _test_events(args, subject: dict) -> list[dict] | None:
 
         return read_events(args.events)
     if subject.get("protocol") == "benchmark" and subject.get("dataset"):
+        from connectors.datasets import DATASET_FORMATS, options_of
         from ktstream.cli.evaluate import load_benchmark_splits
 
-        _, _, test, _ = load_benchmark_splits(subject["dataset"], subject.get("fold", 1), subject.get("rows") == "as given")
-        return test
+        # "as given" means repeated rows were kept only where the format can merge them at all
+        mergeable = "keep_repeated_rows" in options_of(DATASET_FORMATS[subject["dataset"]])
+        keep = mergeable and subject.get("rows") == "as given"
+        return load_benchmark_splits(subject["dataset"], subject.get("fold", 1), keep)[2]
     return None
 
 

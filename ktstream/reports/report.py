@@ -118,7 +118,7 @@ def _model_figures(inp: ReportInputs) -> str:
 
 def _gates(inp: ReportInputs) -> str:
     if not inp.gates:
-        return section("Leakage gate", paragraph("No gate report given (ktstream check-leakage ... --out FILE, "
+        return section("Leakage gate", paragraph("No gate report given (ktstream check-leakage ... --json FILE, "
                                                  "then --gate FILE).", "note"))
     parts = []
     for g in inp.gates:

@@ -66,8 +66,11 @@ def concept_curves(model: KTModel, items: Vocabulary, concepts: Vocabulary, lear
 
 
 def mastery_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, records: Sequence[dict],
-                   learners: int = 3, per_learner: int = 4, items_per_concept: int = 10) -> bytes | None:
-    grouped = group_by_learner(r for r in records if r["learner_id"] in set(sample_learners(records, learners)))
+                   learners: int = 3, per_learner: int = 4, items_per_concept: int = 10,
+                   max_positions: int = 150) -> bytes | None:
+    """Curves of sample learners' first ``max_positions`` interactions (where learning shows; readable dots)."""
+    chosen = set(sample_learners(records, learners))
+    grouped = group_by_learner(r for r in records if r["learner_id"] in chosen)
     if not grouped:
         return None
     seen: dict[str, Counter] = {}
@@ -77,7 +80,8 @@ def mastery_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, reco
     fig, axes = plt.subplots(len(grouped), 1, figsize=(8, 3.1 * len(grouped)), squeeze=False)
     score = "P(correct)" if model.n_categories == 2 else "expected score / (K-1)"
     for ax, lid in zip(axes[:, 0], sorted(grouped, key=lambda u: -len(grouped[u]))):
-        recs = grouped[lid]
+        total = len(grouped[lid])
+        recs = grouped[lid][:max_positions]
         top = [c for c, _ in Counter(c for r in recs for c in r.get("concept_ids") or ()).most_common(per_learner)]
         if not top:
             ax.set_title(f"learner {lid}: no concept ids in the events")
@@ -86,7 +90,7 @@ def mastery_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, reco
         curves, theta = concept_curves(model, items, concepts, recs, probes)
         x = np.arange(len(curves))
         for j, c in enumerate(top):
-            line, = ax.plot(x, curves[:, j], lw=1.6, label=f"{c} ({len(probes[c])} items)")
+            line, = ax.plot(x, curves[:, j], lw=1.6, label=f"concept {c} ({len(probes[c])} items)")
             hits = [(t + 1, r["response"]) for t, r in enumerate(recs) if c in (r.get("concept_ids") or ())
                     and r.get("response") is not None]
             for t, resp in hits:
@@ -96,7 +100,8 @@ def mastery_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, reco
             tx = ax.twinx()
             tx.plot(x, theta, color="black", ls=":", lw=1, label="ability theta")
             tx.set_ylabel("theta (dotted)")
-        ax.set(ylim=(0, 1), ylabel=score, title=f"learner {lid}: {len(recs)} interactions")
+        shown = f"first {len(recs)} of {total}" if total > len(recs) else f"{total}"
+        ax.set(ylim=(0, 1), ylabel=score, title=f"learner {lid}: {shown} interactions")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="lower right", ncol=2)
     filled = "correct" if model.n_categories == 2 else "response in the upper half of the scale"
@@ -111,7 +116,8 @@ def attention_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, re
     """Heatmaps of the last ``last`` predictions of sample learners; None for models without attention."""
     from ktstream.cli.explain import attention_map
 
-    grouped = group_by_learner(r for r in records if r["learner_id"] in set(sample_learners(records, learners)))
+    chosen = set(sample_learners(records, learners))
+    grouped = group_by_learner(r for r in records if r["learner_id"] in chosen)
     hists = {lid: collate([encode_learner(lid, recs, items, concepts)]) for lid, recs in grouped.items()}
     if not hists or "attention" not in model.describe(model.init_state(1), next(iter(hists.values())).at(0)):
         return None

@@ -96,23 +96,30 @@ def load_settings_from_configmap():
         return load_settings(path)
 
 
-def test_trainer_configmap_loads_with_the_cli_loaders(tmp_path):
+def _named(kind: str, name: str) -> dict:
+    (doc,) = [d for d in by_kind(kind) if d["metadata"]["name"] == name]
+    return doc
+
+
+def test_trainer_and_archive_files_load_with_the_cli_loaders(tmp_path):
     from connectors.archive import ArchiveSettings
     from ktstream.config import KafkaSettings
     from ktstream.finetune.settings import TrainerSettings, section
 
-    (cm,) = [d for d in by_kind("ConfigMap") if d["metadata"]["name"] == "ktstream-trainer-config"]
+    files = {"archive.yaml": _named("Secret", "ktstream-archive-config")["stringData"]["archive.yaml"],
+             "trainer.yaml": _named("ConfigMap", "ktstream-trainer-config")["data"]["trainer.yaml"]}
     for key, sections in {"archive.yaml": {"kafka": KafkaSettings, "archive": ArchiveSettings},
                           "trainer.yaml": {"trainer": TrainerSettings}}.items():
-        (tmp_path / key).write_text(cm["data"][key])
+        (tmp_path / key).write_text(files[key])
         for name, model in sections.items():
             section(tmp_path / key, name, model)
+    assert section(tmp_path / "archive.yaml", "kafka", KafkaSettings).topics == load_settings_from_configmap().kafka.topics
 
 
-def test_secret_keys_referenced_exist_and_are_placeholders():
-    (secret,) = by_kind("Secret")
-    keys = set(secret["stringData"])
-    assert all("CHANGE-ME" in v for v in secret["stringData"].values()), "the Secret ships placeholders only"
+def test_secrets_hold_placeholders_and_every_reference_resolves():
+    secrets = {d["metadata"]["name"]: d for d in by_kind("Secret")}
+    for secret in secrets.values():
+        assert all("CHANGE-ME" in v for v in secret["stringData"].values()), "Secrets ship placeholders only"
     refs = []
     for doc in by_kind("StatefulSet") + by_kind("Deployment"):
         pod = doc["spec"]["template"]["spec"]
@@ -120,9 +127,12 @@ def test_secret_keys_referenced_exist_and_are_placeholders():
             refs += [e["valueFrom"]["secretKeyRef"] for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})]
         refs += [{"name": v["secret"]["secretName"], "key": i["key"]} for v in pod.get("volumes", [])
                  if "secret" in v for i in v["secret"].get("items", [])]
-    assert refs
+        refs += [{"name": v["secret"]["secretName"], "key": m["subPath"]} for v in pod.get("volumes", [])
+                 if "secret" in v for c in pod["containers"] for m in c.get("volumeMounts", [])
+                 if m["name"] == v["name"] and "subPath" in m]
+    assert len(refs) >= 4
     for ref in refs:
-        assert ref["name"] == secret["metadata"]["name"] and ref["key"] in keys, ref
+        assert ref["name"] in secrets and ref["key"] in secrets[ref["name"]]["stringData"], ref
 
 
 def test_service_selects_the_statefulset_and_exposes_metrics():

@@ -34,7 +34,7 @@ from connectors.datasets import iter_events
 from ktstream.data.archive_reader import read_archive
 from ktstream.data.histories import encode
 from ktstream.evaluation.metrics import auc
-from ktstream.finetune import FinetuneConfig, ModelRegistry, PromotionConfig, run_cycle
+from ktstream.finetune import FinetuneConfig, ModelRegistry, PromotionConfig, build_replay, fine_tune, run_cycle
 from ktstream.leakage import ALL_CHECKS, GateConfig
 from ktstream.training.trainer import predict_histories
 
@@ -77,6 +77,8 @@ def main() -> None:
     ap.add_argument("--every-days", type=float, default=28)
     ap.add_argument("--epochs", type=int, default=2, help="epochs per fine-tune")
     ap.add_argument("--initial-epochs", type=int, default=5)
+    ap.add_argument("--static-epochs", type=int, default=20,
+                    help="a second never-retrained reference, trained longer (early stopping, patience 3)")
     ap.add_argument("--dim", type=int, default=32)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--bootstrap", type=int, default=500)
@@ -116,6 +118,12 @@ def main() -> None:
     # service starts with the first promoted model (cold-start candidates the gate rejects never serve)
     start = promoted[0]["effective_ms"]
     probs = {c["name"]: served_probs(registry.get(c["name"]), records) for c in promoted}
+    # reference: the first window again, trained until early stopping (not gated; it never serves here)
+    first_c = ms(promoted[0]["cutoff"])
+    first = build_replay([r for r in records if r["event_time"] < first_c + 2 * H], first_c, H)
+    long_cfg = FinetuneConfig(epochs=args.static_epochs, **{**ft, "patience": 3})
+    longer = fine_tune(first, cfg=long_cfg, family="dkt", model_kwargs=model_kwargs)
+    probs["longer"] = served_probs(longer, records)
     scored = [r for r in records if r["event_time"] >= start and r.get("response") is not None]
     periods, rows = [], []
     for lo in range(start, end + 1, every):
@@ -126,15 +134,19 @@ def main() -> None:
         live = [c for c in promoted if c["effective_ms"] <= lo][-1]["name"]  # promotions land on period starts
         y = np.array([r["response"] for r in part])
         static = auc(y, [probs[promoted[0]["name"]][r["event_id"]] for r in part])
+        static_long = auc(y, [probs["longer"][r["event_id"]] for r in part])
         tuned = auc(y, [probs[live][r["event_id"]] for r in part])
         periods.append({"from": day(lo), "to": day(hi), "events": len(part), "version": live,
-                        "auc_static": static, "auc_finetuned": tuned})
+                        "auc_static": static, "auc_static_longer": static_long, "auc_finetuned": tuned})
     y = np.array([r["response"] for r in scored])
     live_of = lambda t: [c for c in promoted if c["effective_ms"] <= t][-1]["name"]  # noqa: E731
     overall = {"events": len(scored), "auc_static": auc(y, [probs[promoted[0]["name"]][r["event_id"]] for r in scored]),
+               "auc_static_longer": auc(y, [probs["longer"][r["event_id"]] for r in scored]),
                "auc_finetuned": auc(y, [probs[live_of(r["event_time"])][r["event_id"]] for r in scored])}
-    results = {"config": vars(args), "gate_checks": checks, "static_version": promoted[0]["name"], "archive_seconds": round(archive_s, 1), "events": len(records),
-               "cycles": cycles, "periods": periods, "overall": overall, "seconds": round(time.time() - started, 1)}
+    results = {"config": vars(args), "gate_checks": checks, "static_version": promoted[0]["name"],
+               "archive_seconds": round(archive_s, 1), "events": len(records),
+               "cycles": cycles, "static_longer": {"best_epoch": longer.fit.best_epoch, "history": longer.fit.history},
+               "periods": periods, "overall": overall, "seconds": round(time.time() - started, 1)}
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     write_table(out / "table.md", results)
     plot(out / "auc_over_time.png", periods, cycles)
@@ -142,11 +154,14 @@ def main() -> None:
 
 
 def write_table(path: Path, r: dict) -> None:
-    lines = ["| period (UTC) | events | version serving | AUC never retrained | AUC fine-tuned |", "|---|---|---|---|---|"]
+    n = r["static_longer"]["best_epoch"]
+    lines = [f"| period (UTC) | events | version serving | AUC never retrained ({r['static_version']}) | "
+             f"AUC never retrained, {n} epochs | AUC fine-tuned |", "|---|---|---|---|---|---|"]
     lines += [f"| {p['from']} .. {p['to']} | {p['events']} | {p['version']} | {p['auc_static']:.4f} | "
-              f"{p['auc_finetuned']:.4f} |" for p in r["periods"]]
+              f"{p['auc_static_longer']:.4f} | {p['auc_finetuned']:.4f} |" for p in r["periods"]]
     o = r["overall"]
-    lines.append(f"| all | {o['events']} | | {o['auc_static']:.4f} | {o['auc_finetuned']:.4f} |")
+    lines.append(f"| all | {o['events']} | | {o['auc_static']:.4f} | {o['auc_static_longer']:.4f} | "
+                 f"{o['auc_finetuned']:.4f} |")
     lines += ["", "| cutoff C | outcome | name | candidate AUC | serving AUC | diff, 95% CI | gate failed | s |",
               "|---|---|---|---|---|---|---|---|"]
     for c in r["cycles"]:
@@ -168,6 +183,7 @@ def plot(path: Path, periods: list[dict], cycles: list[dict]) -> None:
     x = [datetime.fromisoformat(p["from"]) for p in periods]
     fig, ax = plt.subplots(figsize=(8, 4))
     ax.plot(x, [p["auc_static"] for p in periods], "o-", label="never retrained (first window)")
+    ax.plot(x, [p["auc_static_longer"] for p in periods], "^--", label="never retrained, trained to early stopping")
     ax.plot(x, [p["auc_finetuned"] for p in periods], "s-", label="fine-tuned every cycle (gated)")
     for c in cycles:
         ax.axvline(datetime.fromisoformat(c["in_service_from"]), color="green" if c["outcome"] == "promoted" else

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ktstream.data.eventlog import write_parquet
 from ktstream.engine.decode import Decoded, decode
+from ktstream.engine.exceptions import CommitError
 from ktstream.engine.records import Record, Source, TopicPartition
 
 log = logging.getLogger(__name__)
@@ -162,7 +163,11 @@ class Archiver:
     def flush(self) -> None:
         if len(self.writer):
             offsets = self.writer.flush()  # raises before any commit if a file cannot be written
-            self.source.commit(offsets)
+            try:
+                self.source.commit(offsets)
+            except CommitError as exc:  # e.g. the partition moved: its new owner re-archives, the reader dedupes
+                log.warning("files are durable but the commit failed (%s); the records may be archived twice", exc)
+                return
             log.info("archived up to %s (%d written, %d invalid skipped)", offsets, self.writer.written,
                      self.writer.skipped)
 

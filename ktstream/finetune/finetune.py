@@ -54,8 +54,8 @@ class FinetuneConfig:
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, weight_decay=self.weight_decay,
-                           patience=self.patience, lr_decay=self.lr_decay, chunk=self.chunk, seed=self.seed, device=self.device,
-                           progress=self.progress)
+                           patience=self.patience, lr_decay=self.lr_decay, chunk=self.chunk, seed=self.seed,
+                           device=self.device, progress=self.progress)
 
 
 @dataclass

@@ -88,7 +88,8 @@ def gate(candidate: KTModel, data: ReplayData, cfg: PromotionConfig) -> GateRepo
     since = (data.cutoff_ms - cfg.random_labels_days * 86_400_000) / 1000.0
     recent = [h.slice(int(np.searchsorted(h.times, since)), len(h)) for h in data.train]
     recent = [h for h in recent if len(h)]
-    extra = run_gate(candidate, GateData(recent, valid, test, split="time"), replace(cfg.gate, checks=["random_labels"]))
+    only = replace(cfg.gate, checks=["random_labels"])
+    extra = run_gate(candidate, GateData(recent, valid, test, split="time"), only)
     extra.checks[0].extras["train_window_days"] = cfg.random_labels_days
     return GateReport(report.model, report.checks + extra.checks, report.labels, report.config,
                       report.seconds + extra.seconds)

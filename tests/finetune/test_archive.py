@@ -163,3 +163,18 @@ def test_archive_from_the_embedded_broker(tmp_path):
             archiver.source.close()
     assert read_archive(tmp_path) == canonical_order(recs)
     assert committed == len(recs)
+
+
+def test_a_failed_commit_keeps_the_archive_and_the_archiver_running(tmp_path):
+    from ktstream.engine.exceptions import CommitError
+
+    class Moved(MemorySource):
+        def commit(self, offsets):
+            raise CommitError("partition reassigned")
+
+    recs = events(2)
+    archiver = Archiver(Moved(as_records(recs, partitions=1)), ArchiveWriter(tmp_path, flush_records=5))
+    while archiver.step(0.0, 7):
+        pass
+    archiver.flush()
+    assert read_archive(tmp_path) == canonical_order(recs) and len(archiver.writer) == 0

@@ -16,7 +16,8 @@ ATOL = 1e-8  # float64: the serving path and the batched forward differ only in 
 
 def new_model(name: str, n_items: int, n_concepts: int):
     torch.manual_seed(1)
-    return create(name, n_items=n_items, n_concepts=n_concepts, n_categories=2, **family(name).tiny_config).double().eval()
+    model = create(name, n_items=n_items, n_concepts=n_concepts, n_categories=2, **family(name).tiny_config)
+    return model.double().eval()
 
 
 def window(learner: str = "u0", length: int = 40, seed: int = 0) -> list[dict]:

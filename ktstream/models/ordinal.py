@@ -10,10 +10,10 @@ with K=2 this is the 2PL IRT model. By default theta is *anchored*: the head's
 ability of this learner minus that of a learner with no history on the same
 item, so a new learner has theta = 0 everywhere and the item's difficulty
 must live in its betas (unanchored, theta soaks it up through the item key).
-CORAL (Cao et al. 2020) instead puts one
-latent score g through K-1 global, ordered thresholds tau:
-P(Y>k) = sigmoid(g - tau_k), rank-consistent by construction. Letters: B
-learners, T positions, N memory slots, K categories, D width.
+CORAL (Cao et al. 2020) instead puts one latent score g through K-1 global,
+ordered thresholds tau: P(Y>k) = sigmoid(g - tau_k), rank-consistent by
+construction. Letters: B learners, T positions, N memory slots, K categories,
+D width.
 """
 
 from __future__ import annotations

@@ -32,10 +32,13 @@ def run(args) -> int:
     settings = section(args.config, "archive", ArchiveSettings)
     archiver = kafka_archiver(kafka, settings)
     stopping = []
-    signal.signal(signal.SIGTERM, lambda s, f: stopping.append(s))
-    signal.signal(signal.SIGINT, lambda s, f: stopping.append(s))
+    previous = {s: signal.signal(s, lambda n, f: stopping.append(n)) for s in (signal.SIGTERM, signal.SIGINT)}
     deadline = None if args.max_seconds is None else time.monotonic() + args.max_seconds
     log.info("archiving %s into %s (group %s)", kafka.topics.events, settings.folder, settings.group_id)
-    archiver.run(settings, should_stop=lambda: bool(stopping) or (deadline is not None and time.monotonic() > deadline))
+    try:
+        archiver.run(settings, lambda: bool(stopping) or (deadline is not None and time.monotonic() >= deadline))
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     log.info("archived %d events (%d invalid records skipped)", archiver.writer.written, archiver.writer.skipped)
     return 0

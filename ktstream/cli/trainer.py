@@ -48,9 +48,12 @@ def run(args) -> int:
         log.info("signal %d: stopping after the current cycle", signum)
         stopping.append(signum)
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     log.info("trainer: archive %s -> registry %s, horizon %.1f days", settings.archive, settings.registry,
              settings.horizon_days)
-    trainer.run(settings.poll_s, should_stop=lambda: bool(stopping))
+    try:
+        trainer.run(settings.poll_s, should_stop=lambda: bool(stopping))
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
     return 0

@@ -178,3 +178,25 @@ def test_a_failed_commit_keeps_the_archive_and_the_archiver_running(tmp_path):
         pass
     archiver.flush()
     assert read_archive(tmp_path) == canonical_order(recs) and len(archiver.writer) == 0
+
+
+def test_archive_cli_reads_its_sections_and_stops(tmp_path, caplog):
+    """Config parsing end to end; no poll happens (stop at once), so no broker is needed."""
+    import logging
+
+    import yaml
+
+    from ktstream.cli.main import main
+
+    path = tmp_path / "archive.yaml"
+    path.write_text(yaml.safe_dump({"kafka": {"bootstrap_servers": "127.0.0.1:1", "topics": {"events": "ev"}},
+                                    "archive": {"folder": str(tmp_path / "a"), "flush_records": 5}}))
+    with caplog.at_level(logging.INFO, logger="ktstream.cli.archive"):
+        assert main(["archive", "--config", str(path), "--max-seconds", "0"]) == 0
+    assert "archiving ev into" in caplog.text and "archived 0 events" in caplog.text
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({"archive": {"flush_records": 0}}))
+    from ktstream.exceptions import ConfigError
+
+    with pytest.raises(ConfigError, match="archive"):
+        main(["archive", "--config", str(bad), "--max-seconds", "0"])

@@ -109,3 +109,12 @@ def test_cli_runs_one_cycle_from_a_config_file(tmp_path, stream, capsys):
 def test_settings_need_a_trigger():
     with pytest.raises(ValueError, match="every_days or every_events"):
         TrainerSettings(archive="a", registry="r", every_days=None)
+
+
+def test_run_loop_keeps_going_after_a_failed_cycle(tmp_path, stream, monkeypatch):
+    archive(tmp_path / "archive", stream)
+    t = trainer(tmp_path)
+    calls = iter([False, False, True])  # one pass of the loop, then stop
+    monkeypatch.setattr("ktstream.finetune.scheduler.run_cycle", lambda *a, **k: 1 / 0)
+    t.run(poll_s=0.01, should_stop=lambda: next(calls))  # the failure is logged, not raised
+    assert 'ktstream_finetune_runs_total{outcome="failed"} 1.0' in t.metrics.text()

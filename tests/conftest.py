@@ -11,7 +11,8 @@ import torch
 
 from ktstream.data.histories import LearnerHistory, collate
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# One thread: the models under test are small, and CI has 2 cores shared with the broker and subprocesses.
+torch.set_num_threads(1)
 
 
 def data_root() -> Path:

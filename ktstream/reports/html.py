@@ -22,7 +22,7 @@ body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2em 
 h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #d0d7de; padding-bottom: 0.2em; }
 table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.9em; }
 th, td { border: 1px solid #d0d7de; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
-th { background: #f3f5f7; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f3f5f7; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
 figure { margin: 1em 0 1.6em; } figure img { max-width: 100%; border: 1px solid #eaeef2; }
 figcaption { font-size: 0.9em; color: #4b5561; max-width: 900px; }
 .pass { color: #1a7f37; font-weight: 600; } .fail { color: #cf222e; font-weight: 600; }
@@ -41,8 +41,9 @@ def cell(value: Any) -> str:
         return '<td class="num">-</td>'
     if isinstance(value, bool):
         return f"<td>{'yes' if value else 'no'}</td>"
-    if isinstance(value, float):
-        return f'<td class="num">{value:.4f}</td>'
+    if isinstance(value, float):  # tolerances such as 1e-06 must not print as 0.0000
+        text = f"{value:.2e}" if value != 0 and not 1e-3 <= abs(value) < 1e5 else f"{value:.4f}"
+        return f'<td class="num">{text}</td>'
     if isinstance(value, int):
         return f'<td class="num">{value:,}</td>'
     if isinstance(value, Raw):

@@ -25,6 +25,12 @@ from ktstream.reports import figures, trajectories
 from ktstream.reports.html import Raw, escape, figure, page, paragraph, section, table
 from ktstream.reports.predictions import Predictions
 
+MASTERY_CAPTION = ("Concept mastery as the model sees it, for the learners with the longest histories. After each "
+                   "interaction the model is asked, without changing its state, for its P(correct) on up to 10 items "
+                   "of each concept the learner practised most; a line is the mean over those items (ordinal models: "
+                   "expected score / (K-1)). Dots are the learner's own attempts at that concept, placed after the "
+                   "attempt was applied: filled when correct, hollow when not. The dotted line, where present, is "
+                   "the IRT ability theta (right axis).")
 COMPARE = ["label", "dataset", "protocol", "model", "labels", "n", "auc", "accuracy", "log_loss", "rmse", "brier",
            "best_epoch", "minutes"]
 
@@ -45,7 +51,8 @@ def comparison_row(label: str, r: dict[str, Any]) -> dict[str, Any]:
     return {"label": label, "dataset": r.get("dataset"), "protocol": r.get("protocol"), "model": r.get("model"),
             "labels": "coin flips" if r.get("random_labels") else "real", "n": t.get("n"), "auc": t.get("auc"),
             "accuracy": t.get("accuracy"), "log_loss": t.get("log_loss"), "rmse": t.get("rmse"),
-            "brier": t.get("brier"), "best_epoch": r.get("fit", {}).get("best_epoch"), "minutes": r.get("minutes")}
+            "brier": t.get("brier"), "best_epoch": r.get("fit", {}).get("best_epoch"),
+            "minutes": None if r.get("minutes") is None else f"{r['minutes']:.1f}"}
 
 
 def _comparison(inp: ReportInputs, labels: list[str]) -> str:
@@ -82,7 +89,8 @@ def _calibration(inp: ReportInputs, label: str) -> str:
     parts = [figure(figures.reliability(p.p_correct, p.correct, title=f"{label}: reliability"),
                     "reliability diagram", "Each point: predictions in one P(correct) bin; its height is the share "
                     "that was correct. Points on the diagonal mean the probabilities can be taken at face value; "
-                    "below it, the model is over-confident. Bars: how many predictions each bin holds.")]
+                    "below it the model is over-confident, above it under-confident. Bars: how many predictions "
+                    "each bin holds.")]
     over_time = figures.auc_over_time(p.times, p.p_correct, p.correct) if p.has_times else None
     parts.append(figure(over_time, "AUC over event time", "Test AUC per slice of event time with a 95% interval; "
                         "a downward slope means the model ages (the fine-tuning cycle exists for that).")
@@ -108,7 +116,7 @@ def _model_figures(inp: ReportInputs) -> str:
     parts = []
     mastery = trajectories.mastery_figure(model, items, concepts, inp.records)
     if mastery:
-        parts.append(figure(mastery, "mastery trajectories", trajectories.__doc__.split("\n\n")[1].replace("\n", " ")))
+        parts.append(figure(mastery, "mastery trajectories", MASTERY_CAPTION))
     heat = trajectories.attention_figure(model, items, concepts, inp.records)
     parts.append(figure(heat, "attention heatmaps", "Row t: the weights behind the prediction for interaction t "
                         "over the interactions before it (causal: nothing right of the diagonal).") if heat else

@@ -172,8 +172,14 @@ def test_every_process_kind_is_deployed():
     assert kinds == {"serve", "archive", "trainer"}
 
 
-LOADERS = {  # command -> the sections its --config file must pass, with the loaders the CLI itself uses
-    "serve": lambda path: __import__("ktstream.config", fromlist=["load_settings"]).load_settings(path),
+def _serve(path) -> None:
+    from ktstream.config import load_settings
+
+    load_settings(path)
+
+
+LOADERS = {  # command -> how the CLI itself loads its --config file (the sections it must pass)
+    "serve": _serve,
     "archive": lambda path: _sections(path, {"kafka": "ktstream.config:KafkaSettings",
                                              "archive": "connectors.archive:ArchiveSettings"}),
     "trainer": lambda path: _sections(path, {"trainer": "ktstream.finetune.settings:TrainerSettings"}),

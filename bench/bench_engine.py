@@ -9,10 +9,13 @@ their default sizes on the same records.
    (--events simulated events, many learners active at once) with a fresh
    consumer group; the clock runs from the first polled record to the last
    commit (the group join is excluded). Configurations run round-robin
-   --repeat times; the median is reported, with its ratio to passthrough.
-2. Latency: an offered rate (--rate events/s, event time stamped at sending)
-   is produced by a separate process for --seconds; p50/p99 of event time ->
-   prediction produced, and the throughput achieved.
+   --repeat times; the median is reported, with its ratio to passthrough, and
+   the CPU time per event (all threads of this process), whose ratio is what
+   the throughput ratio would be on otherwise idle cores.
+   Models with a ``describe`` also run with it off (``/no-describe``).
+2. Latency: each offered rate (--rates events/s, event time stamped at
+   sending) is produced by a separate process for --seconds; p50/p99 of event
+   time -> prediction produced, and the throughput achieved.
 
     python bench/bench_engine.py                      # about 3-4 minutes on 2 shared cores
     python bench/bench_engine.py --events 5000 --seconds 3 --repeat 1   # smoke run
@@ -21,7 +24,9 @@ their default sizes on the same records.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
+import os
 import multiprocessing as mp
 import statistics
 import sys
@@ -50,7 +55,7 @@ from ktstream.engine.replay import publish, replay_order  # noqa: E402
 from ktstream.engine.service import build_engine, tune_gc  # noqa: E402
 from ktstream.engine.state_cache import StateCache  # noqa: E402
 from ktstream.metrics import EngineMetrics  # noqa: E402
-from ktstream.models import create, names  # noqa: E402
+from ktstream.models import KTModel, create, names  # noqa: E402
 
 PARTITIONS = 4
 
@@ -86,7 +91,9 @@ class Passthrough:
 def make_engine(cfg: str, s, serving: dict) -> Engine:
     source, sink = KafkaSource(s.kafka, max_poll_records=s.engine.max_batch), KafkaSink(s.kafka)
     if cfg != "passthrough":
-        return build_engine(s, serving[cfg], source, sink)
+        name, _, variant = cfg.partition("/")
+        s = s.model_copy(update={"engine": s.engine.model_copy(update={"describe": variant != "no-describe"})})
+        return build_engine(s, serving[name], source, sink)
     e = s.engine
     processor = Passthrough(s.kafka.topics.predictions, s.kafka.topics.dead_letters, e.max_record_bytes)
     return Engine(source, sink, processor, EngineMetrics(), e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s)
@@ -132,7 +139,7 @@ def offered(bootstrap: str, topic: str, records: list, rate: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--events", type=int, default=20_000)
-    ap.add_argument("--rate", type=float, default=5000.0)
+    ap.add_argument("--rates", default="5000,500", help="offered rates (events/s) of the latency runs")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--max-batch", type=int, default=1000)
@@ -142,16 +149,18 @@ def main() -> None:
     torch.set_num_threads(1)
     world = dict(start_spread_ms=60_000, mean_gap_ms=30_000, mean_length=10)
     load = replay_order(simulate(n_learners=max(args.events // 10, 10), seed=1, **world))[: args.events]
-    live = replay_order(simulate(n_learners=int(args.rate * args.seconds / 10) + 10, seed=2, id_prefix="l", **world))
-    live = live[: int(args.rate * args.seconds)]
+    rates_offered = [float(r) for r in args.rates.split(",")]
+    top = max(rates_offered)
+    live_all = replay_order(simulate(n_learners=int(top * args.seconds / 10) + 10, seed=2, id_prefix="l", **world))
     items, concepts = build_vocabularies(load)
     serving = {}
     for m in args.models.split(","):
         torch.manual_seed(0)
         serving[m] = ServingModel(create(m, n_items=len(items), n_concepts=len(concepts)).eval(), items, concepts, "b")
     configs = ["passthrough"] + list(serving)
-    print(f"CPU threads: torch 1; cores visible {len(__import__('os').sched_getaffinity(0))}; "
-          f"load average {__import__('os').getloadavg()[0]:.1f}")
+    configs += [f"{m}/no-describe" for m, sm in serving.items() if type(sm.model).describe is not KTModel.describe]
+    print(f"torch threads 1; cores visible {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f} "
+          f"(other processes share these cores: compare ratios, not absolute figures)")
     with EmbeddedBroker() as broker:
         broker.create_topics(["bench.events"], PARTITIONS)
         sink = KafkaSink(load_settings(None, kafka=dict(bootstrap_servers=broker.bootstrap_servers)).kafka)
@@ -171,34 +180,37 @@ def main() -> None:
                 engine.close()
                 rates[cfg].append(done / seconds)
                 cpu[cfg].append(cpu_s / done * 1e6)
-                print(f"  throughput run {r + 1} {cfg:12s} {done} events in {seconds:6.2f}s = {done / seconds:7.0f} ev/s"
+                print(f"  throughput run {r + 1} {cfg:18s} {done} events in {seconds:6.2f}s = {done / seconds:7.0f} ev/s"
                       f"  ({cpu[cfg][-1]:5.0f} us CPU per event)", flush=True)
         base, base_cpu = statistics.median(rates["passthrough"]), statistics.median(cpu["passthrough"])
         print(f"\nthroughput ({len(load)} events, max_batch {args.max_batch}, median of {args.repeat}; "
               f"CPU ratio = passthrough CPU per event / this one's, i.e. throughput ratio on an idle core):")
         for cfg in configs:
             med, c = statistics.median(rates[cfg]), statistics.median(cpu[cfg])
-            print(f"  {cfg:12s} {med:7.0f} ev/s  ratio {med / base:5.2f} | {c:5.0f} us CPU/event  "
+            print(f"  {cfg:18s} {med:7.0f} ev/s  ratio {med / base:5.2f} | {c:5.0f} us CPU/event  "
                   f"CPU ratio {base_cpu / c:5.2f}  (~{1e6 / c:5.0f} ev/s per busy core)")
-        print(f"\nlatency at an offered {args.rate:.0f} ev/s for {args.seconds:.0f}s (max_batch {args.latency_max_batch}):")
-        for cfg in configs:
-            tag = f"lat-{cfg}-{uuid.uuid4().hex[:6]}"
-            s = settings(broker, tag, f"{tag}.ev", args.latency_max_batch)
-            broker.create_topics([s.kafka.topics.events, s.kafka.topics.predictions, s.kafka.topics.dead_letters],
-                                 PARTITIONS)
-            engine = make_engine(cfg, s, serving)
-            engine.metrics.recent_end_to_end = __import__("collections").deque(maxlen=len(live))
-            while not engine.joined:
-                engine.step()
-            pub = mp.get_context("spawn").Process(target=offered, args=(broker.bootstrap_servers,
-                                                                          s.kafka.topics.events, live, args.rate))
-            pub.start()
-            seconds, _, done = drain(engine, len(live))
-            pub.join(30)
-            engine.close()
-            lat = np.array(engine.metrics.recent_end_to_end) * 1000
-            print(f"  {cfg:12s} p50 {np.percentile(lat, 50):7.1f} ms  p99 {np.percentile(lat, 99):7.1f} ms  "
-                  f"max {lat.max():7.1f} ms  achieved {done / seconds:6.0f} ev/s", flush=True)
+        for rate in rates_offered:
+            live = live_all[: int(rate * args.seconds)]
+            print(f"\nlatency, event time -> prediction produced, at an offered {rate:.0f} ev/s for "
+                  f"{args.seconds:.0f}s (max_batch {args.latency_max_batch}):")
+            for cfg in configs:
+                tag = f"lat-{cfg.replace('/', '-')}-{uuid.uuid4().hex[:6]}"
+                s = settings(broker, tag, f"{tag}.ev", args.latency_max_batch)
+                t = s.kafka.topics
+                broker.create_topics([t.events, t.predictions, t.dead_letters], PARTITIONS)
+                engine = make_engine(cfg, s, serving)
+                engine.metrics.recent_end_to_end = collections.deque(maxlen=len(live))
+                while not engine.joined:
+                    engine.step()
+                pub = mp.get_context("spawn").Process(target=offered, args=(broker.bootstrap_servers, t.events,
+                                                                              live, rate))
+                pub.start()
+                seconds, _, done = drain(engine, len(live))
+                pub.join(30)
+                engine.close()
+                lat = np.array(engine.metrics.recent_end_to_end) * 1000
+                print(f"  {cfg:18s} p50 {np.percentile(lat, 50):7.1f} ms  p99 {np.percentile(lat, 99):7.1f} ms  "
+                      f"max {lat.max():7.1f} ms  achieved {done / seconds:6.0f} ev/s", flush=True)
 
 
 if __name__ == "__main__":

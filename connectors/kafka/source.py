@@ -67,7 +67,10 @@ class KafkaSource:
         return self._consumer
 
     def poll(self, timeout_s: float, max_records: int) -> list[Record]:
-        batches = self.consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        try:
+            batches = self.consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
+        except kafka.errors.KafkaError as exc:
+            raise EngineError(f"poll failed: {exc}") from exc
         self._dispatch()
         out = [Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp)
                for tp in sorted(batches) for m in batches[tp]]

@@ -24,7 +24,10 @@ def run(args) -> int:
     from ktstream.engine.bootstrap import load_model
     from ktstream.engine.service import Service
 
+    import torch
+
     settings = load_settings(args.config)
+    torch.set_num_threads(settings.engine.torch_threads)
     k = settings.kafka
     if args.create_topics:
         from connectors.kafka.admin import create_topics

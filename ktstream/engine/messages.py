@@ -20,6 +20,10 @@ from ktstream.engine.records import Output, Record
 from ktstream.schema import DeadLetter, SourceRef
 
 MAX_EXTRA_VALUES = 64
+#: Dead letters keep at most this many original bytes, so that a huge record's dead letter
+#: (base64: 4/3 of the size) still fits a default 1 MB Kafka message; the source reference
+#: points at the full record.
+MAX_ORIGINAL_BYTES = 512 * 1024
 
 
 def now_ms() -> int:
@@ -32,7 +36,12 @@ def source_ref(record: Record) -> SourceRef:
 
 def dead_letter(topic: str, record: Record, reason: str, detail: str) -> Output:
     """The original bytes (base64), the reason category, a detail, and where it came from."""
-    msg = DeadLetter(reason=reason, detail=detail[:2000], original=base64.b64encode(record.value or b"").decode(),
+    original = record.value or b""
+    if len(original) > MAX_ORIGINAL_BYTES:
+        detail = (f"{detail[:1500]} [original truncated to its first {MAX_ORIGINAL_BYTES} of {len(original)} bytes; "
+                  f"the full record is at its source offset]")
+        original = original[:MAX_ORIGINAL_BYTES]
+    msg = DeadLetter(reason=reason, detail=detail[:2000], original=base64.b64encode(original).decode(),
                      source=source_ref(record), failed_at_ms=now_ms())
     return Output(topic, record.key, msg.model_dump_json().encode())
 
@@ -66,6 +75,11 @@ def describe_rows(extras: dict[str, torch.Tensor], concepts: list[dict[str, int]
             for row, x in zip(rows, values):
                 row["extras"][key] = x
     return rows
+
+
+def describe_row(extras: dict[str, torch.Tensor], b: int, concepts: dict[str, int]) -> dict:
+    """Row ``b`` of ``describe`` output as Prediction fields (one event; see ``describe_rows``)."""
+    return describe_rows({k: v[b : b + 1] for k, v in extras.items()}, [concepts])[0]
 
 
 def prediction(topic: str, d: Decoded, model_name: str, version: str, probs: list[float], late: bool,

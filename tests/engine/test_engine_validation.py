@@ -69,3 +69,13 @@ def test_response_outside_the_models_categories_is_rejected(kit):
     (dead,) = kit.outputs(sink, kit.DEAD)
     assert dead["reason"] == "schema" and "outside 0...1" in dead["detail"]
     assert not kit.outputs(sink, kit.PREDICTIONS)
+
+
+def test_a_huge_record_is_dead_lettered_within_a_kafka_message():
+    from ktstream.engine.messages import MAX_ORIGINAL_BYTES, dead_letter
+
+    huge = Record("ev", 0, 9, b"u1", b"x" * (2 * MAX_ORIGINAL_BYTES))
+    out = dead_letter("dead", huge, "oversized", "too big")
+    letter = DeadLetter.model_validate_json(out.value)
+    assert len(out.value) < 1_000_000 and base64.b64decode(letter.original) == huge.value[:MAX_ORIGINAL_BYTES]
+    assert "truncated" in letter.detail and letter.source.offset == 9

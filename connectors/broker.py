@@ -39,6 +39,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def _listening(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
 class EmbeddedBroker:
     def __init__(self, host: str = "127.0.0.1", port: int | None = None, start_timeout_s: float = 30.0):
         self.host, self.port = host, port
@@ -64,6 +70,12 @@ class EmbeddedBroker:
         while True:
             if self.process.poll() is not None:
                 raise BrokerError(f"Tansu exited with {self.process.returncode}: {self._output()}")
+            if not _listening(self.host, self.port):  # no Kafka client errors while it boots
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise BrokerError(f"Tansu did not listen on {url} within {self.start_timeout_s}s")
+                time.sleep(0.05)
+                continue
             try:
                 self.topics()  # a metadata request
                 break

@@ -25,7 +25,7 @@ def register(sub) -> None:
     p.add_argument("--config", default=str(DEMO_CONFIG) if DEMO_CONFIG.exists() else None,
                    help="settings file (default configs/demo.yaml)")
     p.add_argument("--learners", type=int, default=300, help="simulated learners to replay")
-    p.add_argument("--rate", type=float, default=2000.0, help="events per second offered")
+    p.add_argument("--rate", type=float, default=1000.0, help="events per second offered")
     p.add_argument("--duration", type=float, default=90.0, help="stop after this many seconds of replay")
     p.add_argument("--model", default=None, help="model family (overrides model.family)")
     p.set_defaults(func=run)
@@ -82,6 +82,9 @@ def run(args) -> int:
                 if time.perf_counter() - started > args.duration:
                     break
 
+        joined = time.perf_counter() + 60
+        while not service.engine.ready() and time.perf_counter() < joined and service.error is None:
+            time.sleep(0.1)  # Tansu's first group join takes ~half of session_timeout_ms
         print(f"replay  {len(records)} events of {args.learners} learners at {args.rate:.0f}/s "
               f"(+{len(bad)} malformed records)")
         started = time.perf_counter()

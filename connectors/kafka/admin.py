@@ -29,15 +29,26 @@ def list_topics(settings: KafkaSettings) -> list[str]:
         admin.close()
 
 
-def create_topics(settings: KafkaSettings, names: list[str], partitions: int) -> None:
-    """Create each topic with ``partitions`` partitions; an existing topic is left as it is."""
+def create_topics(settings: KafkaSettings, names: list[str], partitions: int,
+                  config: dict[str, str] | None = None, config_optional: bool = False) -> None:
+    """Create each topic with ``partitions`` partitions; an existing topic is left as it is.
+
+    ``config``: topic settings, e.g. ``{"cleanup.policy": "compact"}`` for a changelog.
+    With ``config_optional`` a broker that refuses them (a development broker) gets a
+    plain topic instead of an error.
+    """
     admin = _admin(settings)
     try:
         for name in names:
-            try:
-                admin.create_topics([NewTopic(name, partitions, 1)])
-            except TopicAlreadyExistsError:
-                pass
+            for attempt in ([config, None] if config and config_optional else [config]):
+                try:
+                    admin.create_topics([NewTopic(name, partitions, 1, topic_configs=attempt or None)])
+                    break
+                except TopicAlreadyExistsError:
+                    break
+                except KafkaError:
+                    if attempt is None or not config_optional:
+                        raise
     except KafkaError as exc:
         raise AdminError(f"cannot create topics {names}: {exc}") from exc
     finally:

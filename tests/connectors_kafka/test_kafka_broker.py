@@ -32,3 +32,10 @@ def test_two_brokers_get_their_own_ports():
         assert a.port != b.port
         a.create_topics(["only-in-a"], 1)
         assert "only-in-a" not in b.topics()
+
+
+def test_topics_with_a_config_fall_back_to_plain_when_optional(broker):
+    from connectors.kafka.admin import create_topics
+
+    create_topics(broker.settings, ["compacted-changelog"], 3, {"cleanup.policy": "compact"}, config_optional=True)
+    assert "compacted-changelog" in broker.topics()

@@ -67,7 +67,7 @@ def run(request, broker, kit):
                                        session_timeout_ms=6000, partitions=PARTITIONS,
                                        topics=dict(events=f"{tag}.ev", predictions=f"{tag}.pred",
                                                    dead_letters=f"{tag}.dead")),
-                      engine=dict(max_batch=64, max_record_bytes=2048, poll_timeout_ms=20),
+                      engine=dict(max_batch=64, max_record_bytes=2048, poll_timeout_ms=20, gc_tuning=False),
                       metrics=dict(port=0))
     t = s.kafka.topics
     broker.create_topics([t.events, t.predictions, t.dead_letters], PARTITIONS)

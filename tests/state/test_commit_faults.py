@@ -1,0 +1,180 @@
+"""A crash injected at each step of the commit protocol, then a restart from the store and the changelog.
+
+An in-memory "broker" keeps what survives a crash: topics (flushed outputs, by
+partition) and the group's committed offsets. A crash abandons the engine and
+its cache; a restart builds a new one over the same store, restores from the
+changelog (ktstream.state.manager) and continues from the committed offsets.
+The same three properties as the SIGKILL test must hold, and the crash between
+the commit and the store write must really be repaired from the changelog.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from ktstream.engine import StateCache
+from ktstream.engine.engine import Engine
+from ktstream.engine.records import Record
+from ktstream.engine.runner import ModelRunner
+from ktstream.state import MemoryStore, SqliteStore
+from ktstream.state.changelog import ChangelogOutput, ChangelogProcessor, changelog_topic
+from ktstream.state.manager import StateManager
+from tests.state.test_store_engine import setup
+
+STEPS = ["process", "send", "flush", "commit", "store-write"]
+
+
+class Crash(BaseException):
+    """A process death (not an Exception: nothing in the engine may catch it)."""
+
+
+class Broker:
+    def __init__(self, records):
+        self.inputs = records
+        self.topics: dict[tuple[str, int], list[Record]] = {}
+        self.committed: dict[tuple[str, int], int] = {}
+        self.fault: str | None = None
+        self.countdown = 0
+
+    def hit(self, step):
+        if self.fault == step:
+            self.countdown -= 1
+            if self.countdown == 0:
+                raise Crash(step)
+
+
+class Source:
+    def __init__(self, broker):
+        self.b, self.pos, self.announced = broker, None, False
+        self.on_assigned = self.on_revoked = self.on_lost = lambda p: None
+
+    def poll(self, timeout_s, max_records):
+        tps = sorted({r.tp for r in self.b.inputs})
+        if not self.announced:
+            self.announced = True
+            self.on_assigned(tps)
+            self.pos = {tp: self.b.committed.get(tp, 0) for tp in tps}
+        out = [r for r in self.b.inputs if r.offset >= self.pos[r.tp]][:max_records]
+        for r in out:
+            self.pos[r.tp] = max(self.pos[r.tp], r.offset + 1)
+        return out
+
+    def commit(self, offsets):
+        self.b.hit("commit")
+        self.b.committed.update(offsets)
+
+    def seek(self, offsets):
+        self.pos.update(offsets)
+
+    def assignment(self):
+        return set(self.pos or ())
+
+    def lag(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+class Sink:
+    def __init__(self, broker):
+        self.b, self.pending = broker, []
+
+    def send(self, outputs):
+        self.b.hit("send")
+        self.pending.extend(outputs)
+
+    def flush(self, timeout_s):
+        self.b.hit("flush")
+        for o in self.pending:
+            part = o.partition if isinstance(o, ChangelogOutput) else 0
+            log = self.b.topics.setdefault((o.topic, part), [])
+            log.append(Record(o.topic, part, len(log), o.key, o.value))
+        self.pending = []
+
+    def close(self):
+        pass
+
+
+class FaultyStore:
+    """The durable store, with a crash inside its transaction when asked."""
+
+    def __init__(self, inner, broker):
+        self.inner, self.b = inner, broker
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def write(self, states, offsets):
+        if self.b.fault == "store-write" and states:
+            self.b.countdown -= 1
+            if self.b.countdown == 0:  # a crash inside the last partition's transaction, after its rows
+                self.inner.write(states + [_Boom(list(offsets)[-1])], offsets)
+        self.inner.write(states, offsets)
+
+
+class _Boom:
+    def __init__(self, partition):
+        self.partition, self.learner_id = partition, "boom"
+
+    def __getattr__(self, name):
+        raise Crash("store-write")
+
+
+def start(model, items, concepts, broker, store):
+    topic = changelog_topic("ev")
+    proc = ChangelogProcessor(ModelRunner(model, items, concepts, "v0"), StateCache(1 << 30, store), "pred", "dead",
+                              changelog=topic)
+    process = proc.process
+    proc.process = lambda recs: (broker.hit("process"), process(recs))[1]
+    engine = Engine(Source(broker), Sink(broker), proc, max_batch=9)
+    manager = StateManager(engine, store, lambda tp: list(broker.topics.get((topic, tp[1]), [])),
+                           lambda tp: broker.committed.get(tp)).attach()
+    return engine, manager
+
+
+def pending(records, broker):
+    return any(r.offset >= broker.committed.get(r.tp, 0) for r in records)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "memory"])
+@pytest.mark.parametrize("step", STEPS)
+def test_crash_at_each_step_keeps_the_three_properties(step, backend, tmp_path):
+    model, items, concepts, records, reference = setup(n_learners=12)
+    broker = Broker(records)
+    inner = SqliteStore(tmp_path) if backend == "sqlite" else MemoryStore()
+    restored = 0
+    for crash in range(4):  # crash at the 3rd, 6th, 9th, 12th time the step is reached, then run to the end
+        broker.fault, broker.countdown = step, 3
+        engine, manager = start(model, items, concepts, broker, FaultyStore(inner, broker))
+        with pytest.raises(Crash):
+            while pending(records, broker):
+                engine.step()
+        restored += manager.restored_records
+        inner.close()
+    broker.fault = None
+    engine, manager = start(model, items, concepts, broker, FaultyStore(inner, broker))
+    while pending(records, broker):
+        engine.step()
+    restored += manager.restored_records
+    if step == "store-write":
+        assert restored > 0, "a crash between the commit and the store write must be repaired from the changelog"
+    preds = [json.loads(r.value) for r in broker.topics[("pred", 0)]]
+    by_event = {}
+    for p in preds:  # only same-offset repeats, with the same values
+        assert torch.allclose(torch.tensor(p["probs"]), reference[p["event_id"]], atol=1e-6), p["event_id"]
+        by_event.setdefault((p["source"]["partition"], p["source"]["offset"]), set()).add(p["event_id"])
+    assert set(by_event) == {(r.partition, r.offset) for r in records}, "every input offset predicted, nothing else"
+    assert all(len(v) == 1 for v in by_event.values())
+    final = {lid: engine.cache.get(lid) for lid in {json.loads(r.value)["learner_id"] for r in records}}
+    inner.close()
+    for tp in {r.tp for r in records}:
+        inner.open(tp)
+    for lid, st in final.items():  # the store equals what the engine serves, which matches the offline replay
+        stored = inner.load(lid)
+        assert stored is not None and stored.last_offset == st.last_offset and stored.events == st.events
+        assert all(torch.allclose(stored.state[k], v, atol=1e-6) for k, v in st.state.items())
+    assert sum(st.events for st in final.values()) == len(records)

@@ -81,9 +81,9 @@ def start(workdir: Path, state_dir: Path, log_name: str) -> subprocess.Popen:
                              "--state-dir", str(state_dir)], stdout=log, stderr=subprocess.STDOUT)
 
 
-def _restores(workdir: Path) -> int:
+def _restores(workdir: Path, log_name: str = "engine.log") -> int:
     """Assignments the engine processes have logged so far (one line per restored partition)."""
-    path = workdir / "engine.log"
+    path = workdir / log_name
     return path.read_bytes().count(b"changelog records in") if path.exists() else 0
 
 
@@ -159,15 +159,68 @@ def check(result: dict, atol: float = 1e-6) -> dict:
     assert set(seen) == want, f"missing {len(want - set(seen))}, unexpected {len(set(seen) - want)} offsets"
     for p, key in zip(got, seen):  # repeats are only same-offset repeats, with the same values
         assert torch.allclose(torch.tensor(p["probs"]), torch.tensor(ref_preds[key]), atol=atol), key
-    store = SqliteStore(result["state_dir"])
-    for part in range(result["partitions"]):
-        store.open((result["settings"].kafka.topics.events, part))
-    for lid, ref in ref_states.items():
-        st = store.load(lid)
+    dirs = result["state_dir"] if isinstance(result["state_dir"], list) else [result["state_dir"]]
+    stores = [SqliteStore(d) for d in dirs]
+    for store in stores:
+        for part in range(result["partitions"]):
+            store.open((result["settings"].kafka.topics.events, part))
+    for lid, ref in ref_states.items():  # with several instances, the most advanced copy is the owner's
+        st = max((x for x in (store.load(lid) for store in stores) if x is not None),
+                 key=lambda x: x.last_offset, default=None)
         assert st is not None, f"learner {lid} missing from the store"
         assert (st.last_offset, st.events, st.responses) == (ref.last_offset, ref.events, ref.responses), lid
         for k, v in ref.state.items():
             assert torch.allclose(st.state[k], v, atol=atol), (lid, k)
-    store.close()
+    for store in stores:
+        store.close()
     return {"events": len(records), "predictions": len(got), "duplicates": len(got) - len(want),
             "learners": len(ref_states), "kills": result["kills"]}
+
+
+def _wait(cond, deadline: float) -> None:
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def run_group(workdir: Path, bootstrap: str, n_learners=200, mean_length=15, partitions=4, feed_s=40.0,
+              seed=0, timeout_s=240.0) -> dict:
+    """Two instances in one group: A and B; A killed (B takes its partitions); A back on its old
+    directory (its stale store catches up from the changelog); both stopped once all is predicted."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    recs, serving, s = prepare(workdir, bootstrap, n_learners, mean_length, partitions, seed)
+    from connectors.kafka.admin import create_topics
+    t = s.kafka.topics
+    create_topics(s.kafka, [t.events, t.predictions, t.dead_letters], partitions)
+    deadline = time.monotonic() + timeout_s
+    feeder = feed(s, recs, feed_s)
+    a = start(workdir, workdir / "state-a", "a.log")
+    b = start(workdir, workdir / "state-b", "b.log")
+    try:
+        _wait(lambda: _restores(workdir, "a.log") > 0 and _restores(workdir, "b.log") > 0, deadline)
+        time.sleep(2.0)
+        before = _restores(workdir, "b.log")
+        a.kill()  # SIGKILL: B must take over A's partitions and restore them
+        a.wait(30)
+        _wait(lambda: _restores(workdir, "b.log") > before, deadline)
+        time.sleep(2.0)
+        a = start(workdir, workdir / "state-a", "a.log")  # scale 1 -> 2 again
+        feeder.join(max(1.0, deadline - time.monotonic()))
+        records = read_topic(s.kafka, t.events, partitions)
+        want = {(r.partition, r.offset) for r in records}
+        got: list[dict] = []
+        while time.monotonic() < deadline:
+            got = predictions(s.kafka, partitions)
+            if {(p["source"]["partition"], p["source"]["offset"]) for p in got} >= want:
+                break
+            time.sleep(2.0)
+    finally:
+        for proc in (a, b):
+            proc.terminate()
+        for proc in (a, b):
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(10)
+    return {"records": records, "predictions": got, "serving": serving, "settings": s, "kills": 1,
+            "events": len(recs), "state_dir": [workdir / "state-a", workdir / "state-b"], "partitions": partitions}

@@ -33,3 +33,13 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, tmp_path
     assert result["kills"] == 3
     counts = chaos.check(result)
     assert counts["events"] >= 2500 and counts["learners"] == 200
+
+
+def test_two_instances_one_killed_other_takes_over_then_scale_back(broker, tmp_path):
+    work = tmp_path / f"group-{uuid.uuid4().hex[:6]}"
+    result = chaos.run_group(work, broker.bootstrap_servers, n_learners=150, mean_length=15, partitions=4,
+                             feed_s=40.0, seed=2, timeout_s=240.0)
+    counts = chaos.check(result)
+    assert counts["learners"] == 150
+    b_log = (work / "b.log").read_text()
+    assert b_log.count("changelog records in") > 2, "B never took over any partition"

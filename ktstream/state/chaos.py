@@ -53,7 +53,7 @@ def prepare(workdir: Path, bootstrap: str, n_learners: int, mean_length: int, pa
     cfg = {"kafka": {"bootstrap_servers": bootstrap, "group_id": f"g-{tag}", "session_timeout_ms": 6000,
                      "partitions": partitions, "topics": {"events": f"{tag}.ev", "predictions": f"{tag}.pred",
                                                           "dead_letters": f"{tag}.dead"}},
-           "engine": {"max_batch": 100, "poll_timeout_ms": 20, "describe": False, "gc_tuning": False},
+           "metrics": {"port": 0}, "engine": {"max_batch": 100, "poll_timeout_ms": 20, "describe": False, "gc_tuning": False},
            "model": {"family": "dkt", "checkpoint": str(workdir / "model")}}
     (workdir / "config.yaml").write_text(json.dumps(cfg))
     return recs, serving, load_settings(workdir / "config.yaml")

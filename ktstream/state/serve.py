@@ -21,10 +21,12 @@ from ktstream.config import Settings, load_settings
 from ktstream.engine.bootstrap import ServingModel, load_model
 from ktstream.engine.engine import Engine
 from ktstream.engine.runner import ModelRunner
+from ktstream.engine.server import MetricsServer
 from ktstream.engine.state_cache import StateCache
 from ktstream.metrics import EngineMetrics
 from ktstream.state.changelog import ChangelogProcessor, changelog_topic
 from ktstream.state.manager import StateManager
+from ktstream.state.metrics import StateMetrics, TimedStore
 from ktstream.state.sqlite import SqliteStore
 
 log = logging.getLogger(__name__)
@@ -62,15 +64,18 @@ def build(settings: Settings, serving: ServingModel, state_dir: str, source=None
     e, k = settings.engine, settings.kafka
     source = source or KafkaSource(k, max_poll_records=e.max_batch)
     sink = sink or StateSink(k)
-    store = SqliteStore(state_dir)
+    metrics = EngineMetrics()
+    state_metrics = StateMetrics(metrics.registry)
+    store = TimedStore(SqliteStore(state_dir), state_metrics)
     topic = changelog_topic(k.topics.events)
     runner = ModelRunner(serving.model, serving.items, serving.concepts, serving.version, e.describe)
     processor = ChangelogProcessor(runner, StateCache(e.cache_max_bytes, store), k.topics.predictions,
                                    k.topics.dead_letters, e.late_policy, e.max_record_bytes, changelog=topic)
-    engine = Engine(source, sink, processor, EngineMetrics(), e.max_batch, e.poll_timeout_ms / 1000.0,
+    engine = Engine(source, sink, processor, metrics, e.max_batch, e.poll_timeout_ms / 1000.0,
                     e.flush_timeout_s)
     manager = StateManager(engine, store, lambda tp: read_changelog(k, topic, tp[1]),
                            lambda tp: source.committed(tp)).attach()
+    manager.on_restored = state_metrics.on_restored
     return engine, store, manager
 
 
@@ -85,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(settings.engine.torch_threads)
     create_changelog(settings)
     engine, store, _ = build(settings, load_model(settings.model), args.state_dir)
+    m = settings.metrics
+    server = MetricsServer(engine.metrics.exposition, engine.healthy, engine.ready, m.host, m.port)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())
@@ -93,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         engine.close()
         store.close()
+        server.close()
     return 0
 
 

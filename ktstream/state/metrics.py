@@ -1,0 +1,75 @@
+"""State metrics, registered on the engine's registry (so /metrics shows them with the rest).
+
+Commit failures are the engine's own ``ktstream_batch_failures{stage="commit"}``;
+here: restores (time, records), checkpoints (the store write of step 4), the
+store's size and the partitions this instance owns.
+"""
+
+from __future__ import annotations
+
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from ktstream.engine.records import TopicPartition
+
+SECONDS = (0.001, 0.005, 0.02, 0.1, 0.5, 2.0, 10.0, 60.0)
+
+
+class StateMetrics:
+    def __init__(self, registry: CollectorRegistry, gauge_interval_s: float = 5.0):
+        r = registry
+        self.restore_seconds = Histogram("ktstream_state_restore_seconds", "Time to restore one assigned "
+                                         "partition from the changelog.", buckets=SECONDS, registry=r)
+        self.restored = Counter("ktstream_state_restored_records", "Changelog records applied by restores.",
+                                registry=r)
+        self.checkpoint_seconds = Histogram("ktstream_state_checkpoint_seconds", "Duration of the atomic store "
+                                            "write after a commit.", buckets=SECONDS, registry=r)
+        self.store_bytes = Gauge("ktstream_state_store_bytes", "Bytes of serialized learner state in the "
+                                 "local store.", ["topic", "partition"], registry=r)
+        self.stored = Gauge("ktstream_state_learners_stored", "Learners in the local store.",
+                            ["topic", "partition"], registry=r)
+        self.assigned = Gauge("ktstream_state_partitions_assigned", "Input partitions this instance owns.",
+                              registry=r)
+        self.gauge_interval_s, self._last = gauge_interval_s, 0.0
+
+    def on_restored(self, tp: TopicPartition, records: int, seconds: float) -> None:
+        self.restore_seconds.observe(seconds)
+        self.restored.inc(records)
+
+    def sizes(self, store, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < self.gauge_interval_s:
+            return
+        self._last = now
+        parts = store.partitions()
+        self.assigned.set(len(parts))
+        for tp in parts:
+            self.store_bytes.labels(tp[0], str(tp[1])).set(store.nbytes(tp))
+            self.stored.labels(tp[0], str(tp[1])).set(store.count(tp))
+
+
+class TimedStore:
+    """A store whose writes are timed (checkpoint duration) and refresh the size gauges now and then."""
+
+    def __init__(self, store, metrics: StateMetrics):
+        self.inner, self.metrics = store, metrics
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def write(self, states, offsets) -> None:
+        t0 = time.perf_counter()
+        self.inner.write(states, offsets)
+        self.metrics.checkpoint_seconds.observe(time.perf_counter() - t0)
+        self.metrics.sizes(self.inner)
+
+    def drop_partitions(self, partitions) -> None:
+        self.inner.drop_partitions(partitions)
+        for tp in partitions:
+            for g in (self.metrics.store_bytes, self.metrics.stored):
+                try:
+                    g.remove(tp[0], str(tp[1]))
+                except KeyError:
+                    pass
+        self.metrics.sizes(self.inner, force=True)

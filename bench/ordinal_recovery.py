@@ -101,6 +101,7 @@ def main() -> None:
     valid_h, fit_h = train_h[::10], [h for i, h in enumerate(train_h) if i % 10]
     print(f"deep-gpcm, anchored={args.anchored}; {len(records)} events, K={K}: {len(fit_h)} training / {len(valid_h)} validation / "
           f"{len(test_h)} held-out learners, {args.items} items")
+    torch.manual_seed(args.seed)
     model = create("deep-gpcm", n_items=len(items), n_concepts=len(concepts), n_categories=K, memory_size=10,
                    key_dim=32, value_dim=64, summary_dim=32, anchored=args.anchored)
     train(model, fit_h, valid_h, make_loss({"ce": 1.0}), epochs=args.epochs, seed=args.seed)

@@ -15,7 +15,7 @@ import zlib
 
 import pytest
 import torch
-from deploy_support import scrape
+from tests.deploy.deploy_support import scrape
 from prometheus_client import start_http_server
 
 

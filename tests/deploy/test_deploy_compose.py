@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
-from deploy_support import DEPLOY, ROOT, load_yaml_docs
+from tests.deploy.deploy_support import DEPLOY, ROOT, load_yaml_docs
 
 COMPOSE = DEPLOY / "compose" / "docker-compose.yml"
 

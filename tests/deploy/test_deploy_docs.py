@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from deploy_support import DEPLOY, ROOT, load_yaml_docs
+from tests.deploy.deploy_support import DEPLOY, ROOT, load_yaml_docs
 
 DOCS = ROOT / "docs"
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")

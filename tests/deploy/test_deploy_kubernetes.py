@@ -8,7 +8,7 @@ without the package, and for CRDs (PodMonitor), a required-field check of our ow
 from __future__ import annotations
 
 import pytest
-from deploy_support import DEPLOY, load_yaml_docs
+from tests.deploy.deploy_support import DEPLOY, load_yaml_docs
 
 K8S = DEPLOY / "kubernetes"
 K8S_VERSION = "1.30.0"

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from deploy_support import DEPLOY, MATCHER, METRIC, SELECTOR, load_yaml_docs
+from tests.deploy.deploy_support import DEPLOY, MATCHER, METRIC, SELECTOR, load_yaml_docs
 
 PROMETHEUS_LABELS = {"job", "instance"}  # added by the scrape, not by ktstream
 

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 
 import pytest
-from deploy_support import DEPLOY, load_yaml_docs
+from tests.deploy.deploy_support import DEPLOY, load_yaml_docs
 
 PROM = DEPLOY / "prometheus"
 DURATION = re.compile(r"^\d+[smhdwy]$")

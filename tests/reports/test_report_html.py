@@ -15,7 +15,7 @@ from ktstream.cli.main import main
 from ktstream.data.histories import collate, encode
 from ktstream.models.serving import replay
 from ktstream.reports import Predictions, ReportInputs, build_report, recompute
-from report_runs import attention_run, binary_run, ordinal_run  # noqa: F401  (pytest fixtures)
+from tests.reports.report_runs import attention_run, binary_run, ordinal_run  # noqa: F401  (pytest fixtures)
 
 IMG = re.compile(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)" alt="([^"]*)">')
 

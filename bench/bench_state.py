@@ -85,6 +85,8 @@ def drive(proc, learners, offsets, max_batch=1000) -> tuple[float, dict, float]:
         n += 0 if b is None else b.records
         if n % 50_000 < max_batch:
             peak = max(peak, rss_mb())
+            if n % 200_000 < max_batch and n >= 200_000:
+                print(f"  {n} events: RSS {rss_mb():.0f} MiB, cache {len(proc.cache)} learners", flush=True)
     return n / (time.perf_counter() - t0), src.next, max(peak, rss_mb())
 
 
@@ -107,7 +109,7 @@ def main() -> None:
     cap = int(a.cache_mb * 2**20)
     base = rss_mb()
     proc = Processor(runner, StateCache(cap, store), "pred", "dead")
-    names = [f"u{i}" for i in range(a.learners)]
+    names = (f"u{i}" for i in range(a.learners))  # lazy: the stream is not part of the engine's memory
     t0 = time.perf_counter()
     rate1, offsets, peak = drive(proc, names, {p: 0 for p in range(PARTS)})
     stored = sum(store.count(("ev", p)) for p in range(PARTS))
@@ -117,7 +119,7 @@ def main() -> None:
     print(f"RSS: start {base:.0f} MiB, peak {peak:.0f} MiB, growth {peak - base:.0f} MiB "
           f"vs cache cap {a.cache_mb:.0f} MiB (cache holds {len(proc.cache)} learners, "
           f"{proc.cache.bytes / 2**20:.1f} MiB accounted)")
-    sample = random.Random(0).sample(names, min(a.sample, a.learners))
+    sample = [f"u{i}" for i in random.Random(0).sample(range(a.learners), min(a.sample, a.learners))]
     proc.cache = StateCache(cap, store)  # cold: none of the sample is cached
     cold, offsets, _ = drive(proc, sample, offsets)
     proc.cache = StateCache(1 << 40, store)

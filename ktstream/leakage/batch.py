@@ -87,7 +87,7 @@ def batch_independence(model: KTModel, learners: list[LearnerHistory], cfg: Gate
                 if d > worst:
                     worst = d
                     where = (f"{mode}: learner {learners[i].learner_id!r} in a batch of {len(batch)} "
-                             f"(row {row}) vs alone")
+                             f"(row {row}) vs {'alone' if i in alone else 'in the first batch'}")
     return CheckResult.judge("batch_independence", worst, bound, worst <= bound,
                              "max |dp| alone vs in a batch <= bound",
                              where if worst > bound else f"{len(learners)} learners, 2 batchings, "

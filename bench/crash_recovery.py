@@ -1,6 +1,6 @@
 """The issue's crash-recovery figure: >= 10 SIGKILLs during >= 50,000 events over >= 2,000 learners.
 
-Starts an embedded broker (Tansu), then ktstream.state.chaos.run: a paced feed,
+Starts an embedded broker (Tansu), then connectors.state_chaos.run: a paced feed,
 ``python -m ktstream.state.serve`` killed with SIGKILL (by its pid) at random
 moments once it processes, restarted on the same state directory; checks
 every input offset predicted, only same-offset repeats with the same values,
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from connectors.broker import EmbeddedBroker
-from ktstream.state import chaos
+from connectors import state_chaos as chaos
 
 
 def main() -> None:

@@ -34,25 +34,11 @@ log = logging.getLogger(__name__)
 
 def create_changelog(settings: Settings) -> str:
     """Create the changelog topic, compacted where the broker accepts topic configs."""
-    from kafka.admin import NewTopic
-    from kafka.errors import KafkaError, TopicAlreadyExistsError
-
-    from connectors.kafka.admin import _admin
+    from connectors.kafka.admin import create_topics
 
     k = settings.kafka
     name = changelog_topic(k.topics.events)
-    admin = _admin(k)
-    try:
-        for configs in ({"cleanup.policy": "compact"}, {}):
-            try:
-                admin.create_topics([NewTopic(name, k.partitions, 1, topic_configs=configs)])
-                break
-            except TopicAlreadyExistsError:
-                break
-            except KafkaError as exc:  # a development broker may refuse the config: plain topic then
-                log.warning("creating %s with %s failed (%s); retrying without", name, configs, exc)
-    finally:
-        admin.close()
+    create_topics(k, [name], k.partitions, {"cleanup.policy": "compact"}, config_optional=True)
     return name
 
 

@@ -1,7 +1,7 @@
 """Crash recovery on the real embedded broker: the stateful engine killed with SIGKILL mid-stream, restarted.
 
 Small on purpose (3 kills, 3,000 events, 200 learners); bench/crash_recovery.py
-runs the issue's full figure. Properties (ktstream.state.chaos.check): every
+runs the issue's full figure. Properties (connectors.state_chaos.check): every
 input offset has a prediction and nothing else does; repeats are only of the
 same offset with the same probabilities; every learner's stored state equals
 an uninterrupted run's (1e-6).
@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 
-from ktstream.state import chaos
+from connectors import state_chaos as chaos
 
 pytestmark = pytest.mark.broker
 

@@ -1,5 +1,6 @@
 """A crash-recovery harness: the stateful engine as a subprocess, killed with SIGKILL at random moments.
 
+It lives in connectors/ because it drives Kafka clients directly.
 Used by tests/state/test_crash_recovery.py (small) and bench/crash_recovery.py
 (the issue's figure). ``run`` publishes a simulated stream at a steady pace,
 starts ``python -m ktstream.state.serve``, kills it (by its own pid) at random

@@ -4,22 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from ktstream.data.simulate import simulate
 from ktstream.finetune import FinetuneConfig, PromotionConfig
 from ktstream.leakage import GateConfig
 
 DAY_MS = 86_400_000
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Small models on a shared machine: one intra-op thread is much faster than two spinning ones."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture

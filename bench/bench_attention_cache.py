@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from ktstream.data.histories import collate
 from ktstream.models import create, kvcache
-from tests.conftest import random_learner
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as `python bench/...` from anywhere
+from tests.conftest import random_learner  # noqa: E402
 
 N_ITEMS, N_CONCEPTS = 2000, 120
 SMALL = {  # configs that keep the cache under 16 KB per learner at W=200

@@ -9,9 +9,12 @@ predicted before it is learned from. Two deviations, both for the shared
 - training histories are cut into pieces of ``--piece`` interactions (each
   starts with an empty cache), so one optimiser step never holds a whole
   10,000-interaction history in memory;
-- test predictions come from the training path over each whole history
-  (identical to the serving path within 1e-5: the equivalence tests), since
-  replaying 150,000 events one step at a time takes far longer on this CPU.
+- test predictions come from the training path over each whole history in
+  one pass (identical to the serving path within 1e-5: the equivalence tests),
+  since replaying 150,000 events one step at a time takes far longer on this
+  CPU. (Not the trainer's ``predict_histories``: its 4000-position windows
+  re-base ``step_start``, so a step crossing a window boundary would be
+  predicted with its step mates already applied.)
 The two variants share seed, data and every other setting; the AUC difference
 gets a paired bootstrap CI over test events and one over learners (clusters).
 
@@ -28,10 +31,10 @@ import numpy as np
 import torch
 
 from connectors.datasets import DATASET_FORMATS, dataset_dir, iter_events
-from ktstream.data.histories import build_vocabularies, encode
+from ktstream.data.histories import build_vocabularies, collate, encode
 from ktstream.evaluation.metrics import auc
 from ktstream.models import create
-from ktstream.training.trainer import TrainConfig, fit, predict_histories
+from ktstream.training.trainer import TrainConfig, fit
 
 
 def load(dataset: str) -> list[dict]:
@@ -48,7 +51,10 @@ def run_variant(records, c1, c0, model_name, kwargs, cfg, piece):
     model = create(model_name, n_items=len(items), n_concepts=len(concepts), **kwargs)
     result = fit(model, pieces, before_test, cfg, valid_scored=valid_scored)
     everything = encode(records, items, concepts)
-    probs = predict_histories(model, everything, batch_size=16)
+    model.eval()
+    with torch.no_grad():
+        log_probs, _ = model(collate(everything))  # (B, T, K), one pass per learner
+    probs = [log_probs[i, : len(h)].exp().numpy() for i, h in enumerate(everything)]
     ys, ps, who = [], [], []
     for i, (h, p) in enumerate(zip(everything, probs)):
         keep = (h.times * 1000.0 >= c0) & (h.responses >= 0)
@@ -78,7 +84,7 @@ def main() -> None:
     p.add_argument("--model-arg", action="append", default=[], metavar="KEY=JSON")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--piece", type=int, default=200)
     p.add_argument("--out", default=None)
     args = p.parse_args()

@@ -67,6 +67,10 @@ class EngineSettings(_Section):
                                              "see ktstream.engine.service.tune_gc)")
     describe: bool = Field(True, description="add model.describe() (ability, mastery, attention summary) "
                                             "to predictions; costs a second state read")
+    rebuild_window: int = Field(200, ge=0, description="raw interactions kept per learner, replayed through a "
+                                                       "newly swapped-in model to rebuild its state (0: none)")
+    rebuild_chunk: int = Field(256, ge=1, description="stale learner states rebuilt between micro-batches "
+                                                      "after a model swap (the rest: on their next event)")
 
 
 class MetricsSettings(_Section):
@@ -82,6 +86,9 @@ class ModelSettings(_Section):
     quick_epochs: int = Field(4, ge=1, description="training epochs of train-quick (about 3 s each for DKT)")
     quick_learners: int = Field(300, ge=10)
     config: dict[str, Any] = Field(default_factory=dict, description="family constructor arguments (train-quick)")
+    registry: str | None = Field(None, description="model registry folder: serve its latest version (else the "
+                                                   "checkpoint) and hot-swap each newly promoted one")
+    registry_poll_s: float = Field(10.0, gt=0, description="how often the registry is looked at")
 
 
 class Settings(BaseSettings):

@@ -31,6 +31,7 @@ SERIES = (
     "ktstream_rebalances_total", "ktstream_model_info", "ktstream_online_roc_auc", "ktstream_online_log_loss",
     "ktstream_calibration_predictions_total", "ktstream_calibration_correct_total",
     "ktstream_calibration_probability_sum_total", "ktstream_drift_alarms_total",
+    "ktstream_model_swaps_total", "ktstream_states_rebuilt_total",
 )
 
 
@@ -45,6 +46,10 @@ class EngineMetrics:
         self.duplicates = Counter("ktstream_duplicate_events", "Redelivered records skipped by source offset.",
                                   registry=r)
         self.failures = Counter("ktstream_batch_failures", "Micro-batches rolled back.", ["stage"], registry=r)
+        self.swaps = Counter("ktstream_model_swaps", "Model versions swapped in while serving.", registry=r)
+        self.rebuilt = Counter("ktstream_states_rebuilt", "Learner states rebuilt with new weights after a swap "
+                               "(lazy: on the learner's next event; background: between micro-batches).",
+                               ["mode"], registry=r)
         self.processing = Histogram("ktstream_processing_latency_seconds", "Poll return to sink flushed, per event.",
                                     buckets=LATENCY_BUCKETS, registry=r)
         self.end_to_end = Histogram("ktstream_end_to_end_latency_seconds", "Event time to prediction produced.",
@@ -85,6 +90,8 @@ class EngineMetrics:
             self.failures.labels(stage)
         for kind in ("assigned", "revoked", "lost"):
             self.rebalances.labels(kind)
+        for mode in ("lazy", "background"):
+            self.rebuilt.labels(mode)
         for b in self.bins:
             self.cal_n.labels(b), self.cal_correct.labels(b), self.cal_p.labels(b)
 
@@ -98,6 +105,7 @@ class EngineMetrics:
         self.totals.update({f"dead:{r}": n for r, n in batch.dead_letters.items()})
         self.consumed.inc(batch.records)
         self.predicted.inc(batch.predictions)
+        self.rebuilt.labels("lazy").inc(batch.rebuilt)
         for reason, n in batch.dead_letters.items():
             self.dead.labels(reason).inc(n)
         self.late.labels("applied").inc(batch.late_applied)

@@ -110,8 +110,11 @@ ROWS = [
          "The registry's newest version; engines swap to it between micro-batches."),
         ("Cutoff age and states rebuilt", "timeseries", "short", [
             ("cutoff age (days)", f"(time() - max(ktstream_finetune_cutoff_timestamp_seconds{{{TRAINER}}})) / 86400"),
-            ("states rebuilt", f"sum(increase(ktstream_states_rebuilt_total{{{TRAINER}}}[$__rate_interval]))")],
-         "How old the newest cycle's cutoff C is (event time), and learner states rebuilt after a swap."),
+            ("states rebuilt ({{mode}})",
+             f"sum by (mode) (increase(ktstream_states_rebuilt_total{{{ENGINE}}}[$__rate_interval]))"),
+            ("model swaps", f"sum(increase(ktstream_model_swaps_total{{{ENGINE}}}[$__rate_interval]))")],
+         "How old the newest cycle's cutoff C is (event time); engines: model swaps and learner states rebuilt "
+         "after one (lazy: on the learner's next event; background: between micro-batches)."),
     ]),
 ]
 

@@ -59,7 +59,15 @@ def train_quick(family: str = "dkt", n_learners: int = 300, epochs: int = 4, con
 
 
 def load_model(cfg: ModelSettings) -> ServingModel:
-    """The model the configuration names (checkpoint directory or train-quick)."""
+    """The model the configuration names: the registry's latest version, else the checkpoint / train-quick."""
+    if cfg.registry is not None:
+        from ktstream.finetune.registry import ModelRegistry
+
+        registry = ModelRegistry(cfg.registry)
+        if (latest := registry.latest()) is not None:
+            v = registry.get(latest)
+            return ServingModel(v.model, v.items, v.concepts, v.version)
+        log.info("model registry %s is empty: serving %s until a version is promoted", cfg.registry, cfg.checkpoint)
     if cfg.checkpoint == "train-quick":
         return train_quick(cfg.family, cfg.quick_learners, cfg.quick_epochs, cfg.config)
     model, items, concepts, version = load_checkpoint(cfg.checkpoint)

@@ -12,6 +12,11 @@ that are still ours are rewound to its first offsets, so they are processed
 again from the committed state; consumers drop the repeated predictions by
 their source (topic, partition, offset). Exactly-once (a producer transaction
 with ``send_offsets_to_transaction``) replaces steps 3-4 in a later issue.
+
+Between micro-batches (never inside one, so a batch is served by one model
+version) the engine asks its registry watcher for a newly promoted version,
+swaps it in (ktstream.engine.swap) and rebuilds up to ``rebuild_chunk`` stale
+cached learner states per loop, so an idle engine converts its whole cache.
 """
 
 from __future__ import annotations
@@ -19,26 +24,34 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from typing import Callable, Protocol
 
 from ktstream.engine.exceptions import CommitError, EngineError, SinkError
 from ktstream.engine.messages import now_ms
 from ktstream.engine.processor import Batch, Processor
 from ktstream.engine.records import Sink, Source, TopicPartition
+from ktstream.engine.runner import ModelRunner
 from ktstream.metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
 
 
+class Watcher(Protocol):
+    """Looks for a newly promoted model version (ktstream.finetune.watcher.RegistryWatcher)."""
+
+    def poll(self) -> object | None: ...
+
+
 class Engine:
     def __init__(self, source: Source, sink: Sink, processor: Processor, metrics: EngineMetrics | None = None,
                  max_batch: int = 1000, poll_timeout_s: float = 0.05, flush_timeout_s: float = 30.0,
-                 gauge_interval_s: float = 1.0):
+                 gauge_interval_s: float = 1.0, rebuild_chunk: int = 256):
         self.source, self.sink, self.processor = source, sink, processor
         self.cache = processor.cache
         self.metrics = metrics or EngineMetrics()
         self.max_batch, self.poll_timeout_s, self.flush_timeout_s = max_batch, poll_timeout_s, flush_timeout_s
-        self.gauge_interval_s = gauge_interval_s
+        self.gauge_interval_s, self.rebuild_chunk = gauge_interval_s, rebuild_chunk
+        self.watcher: Watcher | None = None  # set by watch()
         self.joined = False  # a first assignment arrived (readiness)
         self.last_loop = time.monotonic()
         self._last_gauges = 0.0
@@ -64,13 +77,31 @@ class Engine:
         self.metrics.forget_partitions(partitions)
         log.warning("partitions lost (group membership expired): %s", partitions)
 
+    # -- hot swap ---------------------------------------------------------
+    def watch(self, watcher: Watcher) -> None:
+        """Poll ``watcher`` between micro-batches; its callback must be ``self.swap``."""
+        self.watcher = watcher
+
+    def swap(self, version) -> None:
+        """Serve ``version`` (model, items, concepts, version) from the next micro-batch on."""
+        old = self.processor.runner
+        self.processor.swap(ModelRunner(version.model.eval(), version.items, version.concepts, version.version,
+                                        old.describes))
+        self.metrics.model_info(version.model.name, version.version)
+        self.metrics.swaps.inc()
+        log.info("model swapped: %s %s -> %s %s (%d cached learners to rebuild)", old.name, old.version,
+                 version.model.name, version.version, len(self.processor.stale))
+
     # -- the loop --------------------------------------------------------
     def step(self) -> Batch | None:
         """Poll and process one micro-batch through the whole commit protocol."""
         self.last_loop = time.monotonic()
+        if self.watcher is not None:
+            self.watcher.poll()
         records = self.source.poll(self.poll_timeout_s, self.max_batch)
         self._gauges()
         if not records:
+            self._rebuild_some()
             return None
         batch = self.processor.process(records)
         try:
@@ -88,6 +119,7 @@ class Engine:
             return None
         self.cache.apply(batch.staged, batch.offsets)
         self.metrics.observe_batch(batch, flushed)
+        self._rebuild_some()
         return batch
 
     def run(self, stop: threading.Event, until: Callable[[], bool] | None = None) -> None:
@@ -118,6 +150,10 @@ class Engine:
         self.metrics.failures.labels(stage).inc()
         mine = self.source.assignment()
         self.source.seek({tp: off for tp, off in batch.first_offsets.items() if tp in mine})
+
+    def _rebuild_some(self) -> None:
+        if self.processor.stale:
+            self.metrics.rebuilt.labels("background").inc(self.processor.rebuild_stale(self.rebuild_chunk))
 
     def _gauges(self, force: bool = False) -> None:
         now = time.monotonic()

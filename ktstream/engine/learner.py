@@ -8,7 +8,10 @@ Besides the model's state (leading dim 1) a learner keeps
   predicted from the step-start state (invariant 1);
 - the last applied event (event time, id, source offset): lateness is judged
   against the latest applied event time, duplicates by source offset;
-- counters and the model version that built the state (a hot swap rebuilds it).
+- counters and the model version that built the state (a hot swap rebuilds it);
+- the *raw window*: its most recent interactions as plain records (oldest
+  first), from which a hot swap rebuilds the state with new weights
+  (ktstream.engine.swap; ktstream.finetune.rebuild).
 
 A ``LearnerState`` held by the cache is never mutated: the engine works on a
 ``copy()`` and the copy replaces the cached one only after the commit.
@@ -24,6 +27,8 @@ from ktstream.models.base import State
 
 #: Rough cost of the Python objects around the tensors (dataclass, dict, strings).
 OVERHEAD_BYTES = 400
+#: Rough cost of one raw-window record (a small dict of short strings and ints).
+WINDOW_RECORD_BYTES = 360
 
 
 def step_key(step_id: str | None, event_time_ms: int | None) -> tuple[str, Any] | None:
@@ -35,6 +40,10 @@ def step_key(step_id: str | None, event_time_ms: int | None) -> tuple[str, Any] 
     if step_id is not None:
         return ("s", step_id)
     return None if event_time_ms is None else ("t", event_time_ms)
+
+
+def _record_key(rec: dict[str, Any]) -> tuple[str, Any] | None:
+    return step_key(rec.get("step_id"), rec.get("event_time"))
 
 
 def state_nbytes(state: State | None) -> int:
@@ -55,6 +64,7 @@ class LearnerState:
     events: int = 0
     responses: int = 0
     late: int = 0
+    window: tuple[dict[str, Any], ...] = ()
 
     def copy(self) -> "LearnerState":
         """A working copy; tensors are shared (the model's update returns new ones)."""
@@ -63,7 +73,31 @@ class LearnerState:
     @property
     def nbytes(self) -> int:
         return (state_nbytes(self.state) + state_nbytes(self.step_state)
-                + OVERHEAD_BYTES + len(self.learner_id))
+                + OVERHEAD_BYTES + len(self.learner_id) + WINDOW_RECORD_BYTES * len(self.window))
+
+    def remember(self, record: dict[str, Any], keep: int) -> None:
+        """Append an applied event to the raw window (0: keep none).
+
+        The window keeps the open step's records and the last ``keep`` interactions with a response
+        before it, with the prediction requests among them (they shape steps, not the state): enough
+        to rebuild both the state and the state at the open step's start of a model that sees the
+        last ``keep`` interactions.
+        """
+        if keep <= 0:
+            return
+        w = self.window + (record,)
+        if len(w) > keep:
+            key = _record_key(record)
+            step = len(w) - 1
+            while key is not None and step > 0 and _record_key(w[step - 1]) == key:
+                step -= 1
+            excess = sum("response" in r for r in w[:step]) - keep
+            start = 0
+            while start < step and (excess > 0 or "response" not in w[start]):
+                excess -= "response" in w[start]
+                start += 1
+            w = w[start:]
+        self.window = w
 
     def query_state(self, key: tuple[str, Any] | None) -> State:
         """State to predict an interaction with step key ``key`` from; opens a new step if needed."""

@@ -3,7 +3,8 @@
 Steps (``Processor.process``):
 1. decode and validate every record; failures become dead letters;
 2. load the learners' committed states (cache, or the model's initial state)
-   as *working copies*; the cache itself is only read;
+   as *working copies*; the cache itself is only read; a state built by an
+   earlier model version is rebuilt from its raw window (ktstream.engine.swap);
 3. screen and plan waves (duplicates, late policy; ktstream.engine.batcher);
 4. run the waves through the model (ktstream.engine.runner), building one
    prediction per kept event;
@@ -15,7 +16,7 @@ Steps (``Processor.process``):
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from ktstream.engine import messages
@@ -25,6 +26,7 @@ from ktstream.engine.learner import LearnerState
 from ktstream.engine.records import Output, Record, TopicPartition
 from ktstream.engine.runner import ModelRunner
 from ktstream.engine.state_cache import StateCache
+from ktstream.engine.swap import rebuild_learners, window_record
 
 
 @dataclass
@@ -42,14 +44,34 @@ class Batch:
     wave_sizes: list[int] = field(default_factory=list)
     end_to_end_ms: list[int] = field(default_factory=list)  # produced - event time
     outcomes: list[tuple[float, int]] = field(default_factory=list)  # (p_correct, response), binary
+    rebuilt: int = 0  # learner states rebuilt for this batch after a model swap
 
 
 class Processor:
     def __init__(self, runner: ModelRunner, cache: StateCache, predictions_topic: str, dead_letter_topic: str,
-                 late_policy: LatePolicy = "dead-letter", max_record_bytes: int = 65536):
+                 late_policy: LatePolicy = "dead-letter", max_record_bytes: int = 65536, window: int = 200):
         self.runner, self.cache = runner, cache
         self.predictions_topic, self.dead_letter_topic = predictions_topic, dead_letter_topic
         self.late_policy, self.max_record_bytes = late_policy, max_record_bytes
+        self.window = window  # raw interactions kept per learner for rebuilding after a swap
+        self.stale: deque[str] = deque()  # cached learners still to rebuild in the background
+
+    def swap(self, runner: ModelRunner) -> None:
+        """Serve with ``runner`` from the next micro-batch on; every cached learner becomes stale."""
+        self.runner = runner
+        self.stale = deque(self.cache.keys())
+
+    def rebuild_stale(self, limit: int) -> int:
+        """Background pass: rebuild up to ``limit`` stale cached learners (committed state in, committed
+        state out, so the cache takes them directly). Returns how many were rebuilt."""
+        todo = []
+        while self.stale and len(todo) < limit:
+            st = self.cache.peek(self.stale.popleft())
+            if st is not None and st.model_version != self.runner.version:
+                todo.append(st)
+        for st in rebuild_learners(self.runner, todo):
+            self.cache.replace(st)
+        return len(todo)
 
     def process(self, records: list[Record]) -> Batch:
         batch = Batch(received_ms=messages.now_ms(), records=len(records))
@@ -66,7 +88,7 @@ class Processor:
                 self._dead_letter(batch, d.record, d.reason, d.detail)
             else:
                 valid.append(d)
-        learners = self._working_states(valid)
+        learners = self._working_states(valid, batch)
         planned = plan(valid, learners, self.late_policy)
         for d in planned.late:
             self._dead_letter(batch, d.record, "late", f"event time {d.event_time_ms} is older than the "
@@ -81,21 +103,29 @@ class Processor:
                                                          for p in wave])
             for p, row, f in zip(wave, probs.tolist(), fields):
                 self._predict(batch, p.decoded, row, p.late, f)
+                p.learner.remember(window_record(p.decoded, p.learner.events), self.window)
             batch.wave_sizes.append(len(wave))
         touched = dict.fromkeys(p.learner.learner_id for wave in planned.waves for p in wave)
         batch.staged = [learners[lid] for lid in touched]
         return batch
 
-    def _working_states(self, valid: list[Decoded]) -> dict[str, LearnerState]:
-        """Working copies of the committed states; learners never seen start from the initial state."""
+    def _working_states(self, valid: list[Decoded], batch: Batch) -> dict[str, LearnerState]:
+        """Working copies of the committed states; learners never seen start from the initial state,
+        states of an earlier model version are rebuilt from their raw windows."""
         out: dict[str, LearnerState] = {}
         fresh: list[str] = []
+        stale: list[LearnerState] = []
         for lid in dict.fromkeys(d.event.learner_id for d in valid):
             st = self.cache.get(lid)
-            if st is not None and st.model_version == self.runner.version:
+            if st is None:
+                fresh.append(lid)
+            elif st.model_version == self.runner.version:
                 out[lid] = st.copy()
             else:
-                fresh.append(lid)
+                stale.append(st)
+        for st in rebuild_learners(self.runner, stale):
+            out[st.learner_id] = st
+        batch.rebuilt = len(stale)
         if fresh:
             for lid, s in zip(fresh, self.runner.initial_states(len(fresh))):
                 out[lid] = LearnerState(lid, s, self.runner.version)

@@ -31,9 +31,17 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
     e, k, m = settings.engine, settings.kafka, settings.metrics
     runner = ModelRunner(serving.model, serving.items, serving.concepts, serving.version, e.describe)
     processor = Processor(runner, StateCache(e.cache_max_bytes, store), k.topics.predictions, k.topics.dead_letters,
-                          e.late_policy, e.max_record_bytes)
+                          e.late_policy, e.max_record_bytes, e.rebuild_window)
     metrics = EngineMetrics(m.quality_window, m.calibration_bins)
-    return Engine(source, sink, processor, metrics, e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s)
+    engine = Engine(source, sink, processor, metrics, e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s,
+                    rebuild_chunk=e.rebuild_chunk)
+    if settings.model.registry is not None:  # hot swap: newly promoted versions are served between micro-batches
+        from ktstream.finetune.registry import ModelRegistry
+        from ktstream.finetune.watcher import RegistryWatcher
+
+        engine.watch(RegistryWatcher(ModelRegistry(settings.model.registry), engine.swap, current=serving.version,
+                                     interval_s=settings.model.registry_poll_s))
+    return engine
 
 
 def tune_gc(threshold0: int = 20_000) -> None:

@@ -63,6 +63,18 @@ class StateCache:
             self.put(st)
         return st
 
+    def peek(self, learner_id: str) -> LearnerState | None:
+        """The cached state, if any, without touching the LRU order or the store."""
+        return self._entries.get(learner_id)
+
+    def replace(self, st: LearnerState) -> None:
+        """Swap in a new state for a cached learner, keeping its place in the LRU order."""
+        old = self._entries.get(st.learner_id)
+        if old is None:
+            return
+        self._entries[st.learner_id] = st
+        self._bytes += st.nbytes - old.nbytes
+
     def put(self, st: LearnerState) -> None:
         old = self._entries.pop(st.learner_id, None)
         if old is not None:

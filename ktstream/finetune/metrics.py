@@ -16,8 +16,7 @@ if TYPE_CHECKING:
 OUTCOMES = ("promoted", "rejected", "failed")
 DURATION_BUCKETS = (5, 15, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200)
 SERIES = ("ktstream_finetune_runs_total", "ktstream_finetune_duration_seconds", "ktstream_finetune_window_metric",
-          "ktstream_finetune_ci_low", "ktstream_finetune_cutoff_timestamp_seconds", "ktstream_registry_model_info",
-          "ktstream_states_rebuilt_total")
+          "ktstream_finetune_ci_low", "ktstream_finetune_cutoff_timestamp_seconds", "ktstream_registry_model_info")
 
 
 class FinetuneMetrics:
@@ -33,7 +32,6 @@ class FinetuneMetrics:
         self.cutoff = Gauge("ktstream_finetune_cutoff_timestamp_seconds", "Cutoff C of the last cycle (event time).",
                             registry=r)
         self.version = Info("ktstream_registry_model", "Latest promoted model version.", registry=r)
-        self.rebuilt = Counter("ktstream_states_rebuilt", "Learner states rebuilt with new weights.", registry=r)
         for outcome in OUTCOMES:
             self.runs.labels(outcome)
 

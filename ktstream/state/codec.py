@@ -3,7 +3,8 @@
 Never pickle: a store file must be safe to open and readable by another
 version of the code. Tensors (the model state and, when a step is open, the
 state at the step's start) go into one safetensors blob, named ``s.<name>`` and
-``p.<name>``; the bookkeeping (step key, last applied event, counters, model
+``p.<name>``; the learner's raw window (plain records, for rebuilding after a
+model swap) rides in the blob's JSON metadata as ``window``; the bookkeeping (step key, last applied event, counters, model
 version) is returned as a dict of plain values for the store's columns.
 
 ``fp16=True`` halves the bytes of float32 tensors (compact stores for many
@@ -14,6 +15,7 @@ the exact-restore guarantees (invariant 4 at 1e-6) hold only without it.
 from __future__ import annotations
 
 import json
+import struct
 from typing import Any
 
 import torch
@@ -26,7 +28,7 @@ _HALF = "h."  # name prefix of a float32 tensor stored as float16
 
 
 def encode_tensors(state: dict[str, torch.Tensor], step_state: dict[str, torch.Tensor] | None,
-                   fp16: bool = False) -> bytes:
+                   fp16: bool = False, window: tuple[dict[str, Any], ...] = ()) -> bytes:
     named: dict[str, torch.Tensor] = {}
     for prefix, d in (("s.", state), ("p.", step_state or {})):
         for name, t in d.items():
@@ -35,7 +37,14 @@ def encode_tensors(state: dict[str, torch.Tensor], step_state: dict[str, torch.T
                 named[_HALF + prefix + name] = t.to(torch.float16).contiguous()
             else:
                 named[prefix + name] = t.contiguous().clone()  # safetensors refuses shared storage
-    return st_save(named)
+    return st_save(named, metadata={"window": json.dumps(list(window), separators=(",", ":"))} if window else None)
+
+
+def decode_window(blob: bytes) -> tuple[dict[str, Any], ...]:
+    """The raw window from the blob's metadata (safetensors: 8-byte little-endian header size, JSON header)."""
+    (size,) = struct.unpack("<Q", blob[:8])
+    meta = json.loads(blob[8:8 + size]).get("__metadata__") or {}
+    return tuple(json.loads(meta["window"])) if "window" in meta else ()
 
 
 def decode_tensors(blob: bytes) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:
@@ -50,7 +59,7 @@ def decode_tensors(blob: bytes) -> tuple[dict[str, torch.Tensor], dict[str, torc
 
 def encode(st: LearnerState, fp16: bool = False) -> dict[str, Any]:
     """Column values for one learner (``blob`` holds the tensors)."""
-    return {"learner_id": st.learner_id, "blob": encode_tensors(st.state, st.step_state, fp16),
+    return {"learner_id": st.learner_id, "blob": encode_tensors(st.state, st.step_state, fp16, st.window),
             "model_version": st.model_version,
             "topic": None if st.partition is None else st.partition[0],
             "part": None if st.partition is None else st.partition[1],
@@ -65,7 +74,7 @@ def decode(row: dict[str, Any]) -> LearnerState:
     partition = None if row["topic"] is None else (row["topic"], int(row["part"]))
     return LearnerState(row["learner_id"], state, row["model_version"], partition, key, step,
                         row["last_event_time_ms"], row["last_event_id"], int(row["last_offset"]),
-                        int(row["events"]), int(row["responses"]), int(row["late"]))
+                        int(row["events"]), int(row["responses"]), int(row["late"]), decode_window(row["blob"]))
 
 
 COLUMNS = ("learner_id", "blob", "model_version", "topic", "part", "step_key", "last_event_time_ms",

@@ -68,7 +68,6 @@ def live_series():
     comparison = {"metric": "auc", "candidate": 0.74, "serving": 0.72, "ci_low": 0.004}
     fm.observe(CycleResult(1_700_000_000_000, 86_400_000, "promoted", "v000002", "v000001",
                            {"comparison": comparison}, {}, {}, 12.0))
-    fm.rebuilt.inc(3)
     fm.failed(5.0)
     server, thread = start_http_server(0, addr="127.0.0.1", registry=fm.registry)  # what FinetuneMetrics.serve runs
     try:

@@ -1,0 +1,59 @@
+"""Hot swap: serve new weights from the next micro-batch, rebuilding learner states from raw windows.
+
+A state built by one model means nothing to another, so after a swap every
+learner's state is rebuilt with the new weights by replaying its raw window
+(the last ``engine.rebuild_window`` interactions it applied) through the new
+model's serving path (ktstream.finetune.rebuild). That happens lazily, for the
+learners of a micro-batch whose state carries another model version, and in
+a background pass over the hot cache between micro-batches. The bookkeeping
+(last applied event, offsets, counters, the window itself) is kept as it was.
+
+The open step survives the swap: the learner keeps its step key, and the state
+at that step's start is taken from the replay when the window's last step is
+that step and one of its members was applied (as the old state had it).
+
+A window that holds the learner's whole history gives exactly the state the
+new model would hold had it served that history; a shorter one is exact for
+attention models whose receptive field fits in it and an approximation for
+recurrent models (docs/finetuning.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ktstream.engine.learner import LearnerState
+from ktstream.engine.runner import ModelRunner
+from ktstream.engine.decode import Decoded
+from ktstream.finetune.rebuild import rebuild_states
+
+
+def window_record(d: Decoded, seq: int) -> dict[str, Any]:
+    """The raw-window form of an applied event: what ``encode_learner`` needs, nothing more."""
+    e = d.event
+    rec: dict[str, Any] = {"learner_id": e.learner_id, "item_id": e.item_id, "concept_ids": list(e.concept_ids),
+                           "seq": seq}
+    if e.response is not None:
+        rec["response"] = e.response
+    if d.event_time_ms is not None:
+        rec["event_time"] = d.event_time_ms
+    if e.step_id is not None:
+        rec["step_id"] = e.step_id
+    return rec
+
+
+def rebuild_learners(runner: ModelRunner, stale: list[LearnerState]) -> list[LearnerState]:
+    """New-version copies of ``stale`` learners, their states replayed from their raw windows in one batch."""
+    if not stale:
+        return []
+    rebuilt = rebuild_states(runner.model, {st.learner_id: st.window for st in stale}, runner.items,
+                             runner.concepts)
+    out = []
+    for st in stale:
+        r = rebuilt[st.learner_id]
+        new = st.copy()
+        new.state, new.model_version = r.state, runner.version
+        same_step = st.step_state is not None and r.step_key == st.step_key
+        new.step_state = r.step_state if same_step else None
+        out.append(new)
+    return out

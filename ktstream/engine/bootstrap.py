@@ -63,7 +63,7 @@ def load_model(cfg: ModelSettings) -> ServingModel:
     if cfg.registry is not None:
         from ktstream.finetune.registry import ModelRegistry
 
-        registry = ModelRegistry(cfg.registry)
+        registry = ModelRegistry(cfg.registry, read_only=True)
         if (latest := registry.latest()) is not None:
             v = registry.get(latest)
             return ServingModel(v.model, v.items, v.concepts, v.version)

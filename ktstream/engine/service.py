@@ -39,7 +39,8 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
         from ktstream.finetune.registry import ModelRegistry
         from ktstream.finetune.watcher import RegistryWatcher
 
-        engine.watch(RegistryWatcher(ModelRegistry(settings.model.registry), engine.swap, current=serving.version,
+        registry = ModelRegistry(settings.model.registry, read_only=True)
+        engine.watch(RegistryWatcher(registry, engine.swap, current=serving.version,
                                      interval_s=settings.model.registry_poll_s))
     return engine
 

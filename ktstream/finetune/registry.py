@@ -59,15 +59,19 @@ def _fsync_tree(folder: Path) -> None:
 
 
 class ModelRegistry:
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, read_only: bool = False):
+        """``read_only``: a reader (an engine, on a read-only mount) creates nothing; an absent
+        registry simply has no versions yet."""
         self.root = Path(root)
-        for sub in ("versions", "rejected", ".tmp"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        if not read_only:
+            for sub in ("versions", "rejected", ".tmp"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
 
     # -- reading ---------------------------------------------------------
     def versions(self) -> list[str]:
         """Promoted versions, oldest first."""
-        return sorted(p.name for p in (self.root / "versions").iterdir() if VERSION.match(p.name))
+        folder = self.root / "versions"
+        return sorted(p.name for p in folder.iterdir() if VERSION.match(p.name)) if folder.is_dir() else []
 
     def latest(self) -> str | None:
         names = self.versions()

@@ -65,8 +65,10 @@ class ModelRunner:
             q_states = [p.learner.query_state(step_key(e.step_id, p.decoded.event_time_ms))
                         for p, e in zip(wave, events)]
             batch = stack_states(q_states)  # each tensor (B, ...)
-            probs = self.model.predict(batch, query)  # (B, K)
-            extras = self.describe(batch, query)
+            if self.describes:
+                probs, extras = self.model.predict_described(batch, query)  # (B, K), each (B, ...)
+            else:
+                probs, extras = self.model.predict(batch, query), {}
             rows = [b for b, e in enumerate(events) if e.response is not None]
             new_states: list[State | None] = [None] * len(wave)
             if rows:
@@ -80,9 +82,6 @@ class ModelRunner:
                               p.decoded.event_time_ms, p.late)
             p.learner.model_version = self.version
         return probs, extras
-
-    def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:
-        return self.model.describe(state, query) if self.describes else {}
 
 
 def _select(x: Interactions, rows: torch.Tensor) -> Interactions:

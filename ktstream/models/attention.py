@@ -132,6 +132,26 @@ class WindowAttention(nn.Module):
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         return x.view(*x.shape[:-1], self.heads, self.dk).transpose(-3, -2)  # (B, T, D) -> (B, H, T, dk)
 
+    # One query per learner, no gradients (serving): read the (B, S, D) keys and values as they are stored, in one
+    # batched matmul each, instead of copying them into head-major (B, H, S, dk) layout first. The
+    # query is spread block-diagonally over the heads, so each head's dot products come out of one
+    # (B, H, D) x (B, D, S) product; the value side keeps each head's own block of (B, H, D).
+    def _scores(self, q: torch.Tensor, k: torch.Tensor, kh: torch.Tensor) -> torch.Tensor:
+        """(B, H, Tq, S) query-key dot products."""
+        if q.shape[-2] != 1 or torch.is_grad_enabled():
+            return q @ kh.transpose(-1, -2)
+        B, H = q.shape[0], self.heads
+        spread = q.squeeze(-2).unsqueeze(2) * torch.eye(H, dtype=q.dtype, device=q.device).view(1, H, H, 1)
+        return torch.bmm(spread.reshape(B, H, H * self.dk), k.transpose(1, 2)).unsqueeze(2)
+
+    def _weighted(self, w: torch.Tensor, v: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
+        """(B, H, Tq, dk) attention-weighted values."""
+        if w.shape[-2] != 1 or torch.is_grad_enabled():
+            return w @ vh
+        B, H = w.shape[0], self.heads
+        every = torch.bmm(w.squeeze(2), v).view(B, H, H, self.dk)  # head h's weights on every head's values
+        return torch.diagonal(every, dim1=1, dim2=2).transpose(1, 2).unsqueeze(2)
+
     def forward(self, x, k, v, win: Window, self_kv=None, route_in=None, rel=None):
         """x (B, Tq, D) queries; k, v (B, S, D) keys; self_kv: per-query extra key/value
         (B, Tq, D) each at distance 0; rel: (r_q (B, Tq, Dr), r_k (B, S, Dr)).
@@ -142,7 +162,7 @@ class WindowAttention(nn.Module):
         bias = -F.softplus(self.theta).view(1, H, 1, 1) * win.dist.unsqueeze(1)
         if win.log_minutes is not None:  # the seconds term: 0 where either side has no clock
             bias = bias - F.softplus(self.phi).view(1, H, 1, 1) * win.log_minutes.unsqueeze(1)
-        logits = (q @ kh.transpose(-1, -2) * scale + bias).masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
+        logits = (self._scores(q, k, kh) * scale + bias).masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
         null_k, null_v = self.null_k.view(H, 1, self.dk), self.null_v.view(H, 1, self.dk)
         cols = [(q * null_k).sum(-1, keepdim=True) * scale, logits]  # null slot first
         if self_kv is not None:
@@ -153,7 +173,7 @@ class WindowAttention(nn.Module):
             assert self_kv is None, "the time-decay relation is for retrieval over past interactions only"
             w = self.relation(w, rel[0], rel[1], win)
         S = kh.shape[-2]
-        out = w[..., :1] * null_v + w[..., 1: 1 + S] @ vh  # (B, H, Tq, dk)
+        out = w[..., :1] * null_v + self._weighted(w[..., 1: 1 + S], v, vh)  # (B, H, Tq, dk)
         if self_kv is not None:
             out = out + w[..., -1:] * sv
         if self.router is not None:

@@ -72,6 +72,10 @@ class KTModel(nn.Module):
         Models with nothing to add return an empty dict."""
         return {}
 
+    def predict_described(self, state: State, query: Interactions) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``predict`` and ``describe`` together; models whose two share a read of the state override it."""
+        return self.predict(state, query), self.describe(state, query)
+
     def receptive_field(self) -> int | None:
         """Positions of history a prediction can depend on (None: unbounded, recurrent)."""
         return None

@@ -207,7 +207,13 @@ class WindowedKT(KTModel):
         Jensen-Shannon divergence (0: all heads attend alike); with head routing,
         ``route_gates`` (B, H) the gate of each head for this query (0: off).
         """
-        x, w, q = self._read(state, query)
+        return self._described(state, *self._read(state, query))
+
+    def predict_described(self, state: State, query: Interactions) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        x, w, q = self._read(state, query)  # one read of the cache for both
+        return self._log_probs(x, q)[:, 0].exp(), self._described(state, x, w, q)
+
+    def _described(self, state: State, x: torch.Tensor, w: torch.Tensor, q: torch.Tensor) -> dict[str, torch.Tensor]:
         w = w[:, :, 0]  # (B, H, 1 + W)
         avg = w.mean(1)
         entropy = lambda p: -(p * p.clamp(min=1e-12).log()).sum(-1)  # noqa: E731

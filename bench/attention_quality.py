@@ -12,9 +12,7 @@ predicted before it is learned from. Two deviations, both for the shared
 - test predictions come from the training path over each whole history in
   one pass (identical to the serving path within 1e-5: the equivalence tests),
   since replaying 150,000 events one step at a time takes far longer on this
-  CPU. (Not the trainer's ``predict_histories``: its 4000-position windows
-  re-base ``step_start``, so a step crossing a window boundary would be
-  predicted with its step mates already applied.)
+  CPU (one pass, so no window cut can split a step).
 The two variants share seed, data and every other setting; the AUC difference
 gets a paired bootstrap CI over test events and one over learners (clusters).
 

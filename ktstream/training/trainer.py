@@ -78,12 +78,26 @@ def _batches(histories: Sequence[LearnerHistory], batch_size: int, rng: np.rando
 
 
 def _windows(model: KTModel, batch: Histories, chunk: int) -> Iterator[tuple[int, int, int]]:
-    """(context_start, start, stop) of each training window."""
+    """(context_start, start, stop) of each window of at most ``chunk`` positions.
+
+    A window ends where no learner of the batch is inside a step (every row starts a step there,
+    or is padding), when such a point exists in its second half: a step cut by a window would
+    have its later members predicted after its earlier ones were applied (invariant 1). Where no
+    such point exists the cut falls inside a step and ``forward_windows`` leaves those positions
+    out of the loss.
+    """
     T = batch.shape[1]
     field_ = model.receptive_field()
-    for start in range(0, T, chunk):
+    positions = torch.arange(T, device=batch.step_start.device)
+    clean = ((batch.step_start == positions) | ~batch.mask).all(0).tolist()  # (T,) a cut before t splits nothing
+    start = 0
+    while start < T:
+        stop = min(T, start + chunk)
+        if stop < T:
+            stop = next((c for c in range(stop, start + max(1, chunk // 2), -1) if clean[c]), stop)
         ctx = start if model.carries_state or field_ is None else max(0, start - field_)
-        yield ctx, start, min(T, start + chunk)
+        yield ctx, start, stop
+        start = stop
 
 
 def forward_windows(model: KTModel, batch: Histories, chunk: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, Histories]]:

@@ -33,7 +33,7 @@ def test_fit_learns_and_keeps_best_epoch():
     assert result.history[result.best_epoch - 1]["valid_auc"] == best
 
 
-def test_windows_equal_full_forward_and_drop_split_steps(make_histories):
+def test_windows_equal_full_forward_and_cut_between_steps(make_histories):
     torch.manual_seed(0)
     model = create("dkvmn", n_items=30, n_concepts=12, memory_size=4, key_dim=8, value_dim=8, summary_dim=8).eval()
     _, hist = make_histories([50, 37], step_prob=0.5, seed=3)
@@ -42,12 +42,25 @@ def test_windows_equal_full_forward_and_drop_split_steps(make_histories):
         parts = list(forward_windows(model, hist, chunk=16))
     joined = torch.cat([lp for lp, _, _ in parts], dim=1)
     keep = torch.cat([k for _, k, _ in parts], dim=1)
-    # Positions whose step began in an earlier window are not scored; every other position is.
-    split = torch.zeros_like(keep)
-    for start in range(16, 50, 16):
-        split[:, start:start + 16] = hist.step_start[:, start:start + 16] < start
-    assert torch.equal(keep, hist.mask & ~split)
-    assert torch.allclose(joined[keep], full[keep], atol=1e-5)
+    cuts = torch.tensor([w.shape[1] for _, _, w in parts]).cumsum(0)[:-1]
+    assert len(cuts) >= 3 and all(8 < int(w.shape[1]) <= 16 for _, _, w in parts[:-1])
+    for c in cuts.tolist():  # no learner is inside a step at a cut
+        assert bool(((hist.step_start[:, c] == c) | ~hist.mask[:, c]).all()), c
+    assert torch.equal(keep, hist.mask & (hist.responses >= 0))
+    assert torch.allclose(joined[hist.mask], full[hist.mask], atol=1e-5)
+
+
+def test_a_cut_inside_a_step_leaves_its_later_members_out_of_the_loss(make_histories):
+    """One long step per learner: no clean cut exists, so the split members are not scored."""
+    torch.manual_seed(0)
+    model = create("dkt", n_items=30, n_concepts=12, dim=8, hidden=8).eval()
+    _, hist = make_histories([40, 40], step_prob=0.0, seed=4)
+    hist.step_start[:, 10:30] = 10  # positions 10..29: one step
+    with torch.no_grad():
+        parts = list(forward_windows(model, hist, chunk=16))
+    keep = torch.cat([k for _, k, _ in parts], dim=1)
+    assert parts[0][2].shape[1] == 10, "cut at the step's start, in the window's second half"
+    assert not keep[:, 26:30].any() and keep[:, 10:26].all(), "members after the forced cut at 26 dropped"
 
 
 def test_refit_replays_the_selected_schedule_on_more_data():

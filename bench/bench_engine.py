@@ -67,6 +67,7 @@ class Passthrough:
         self.predictions, self.dead, self.max_bytes = predictions, dead, max_bytes
         self.cache = StateCache(1 << 20)
         self.runner = SimpleNamespace(name="passthrough", version="-")
+        self.stale = ()  # no model, so never a swap to rebuild after
 
     def process(self, records) -> Batch:
         batch = Batch(received_ms=now_ms(), records=len(records))

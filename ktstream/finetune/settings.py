@@ -2,6 +2,10 @@
 
 A trainer config file holds a ``trainer`` section; other sections are ignored,
 so one file can also carry ``kafka`` and ``archive`` for ``ktstream archive``.
+As for ``ktstream serve``, environment variables override the file:
+``KTSTREAM_<SECTION>__<FIELD>[__<SUBFIELD>]`` (values are JSON where they parse
+as JSON, else strings), e.g. ``KTSTREAM_TRAINER__REGISTRY=/mnt/registry`` or
+``KTSTREAM_TRAINER__FINETUNE__EPOCHS=3``.
 
 >>> s = TrainerSettings(archive="a", registry="r", finetune={"epochs": 2}, gate={"random_label_epochs": 1})
 >>> s.finetune_config().epochs, s.promotion_config().gate.random_label_epochs, s.horizon_ms
@@ -12,6 +16,9 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+import json
+import os
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -81,9 +88,41 @@ def read_sections(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def env_overrides(name: str, environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """Nested values of section ``name`` from ``KTSTREAM_<NAME>__...`` variables.
+
+    >>> env_overrides("trainer", {"KTSTREAM_TRAINER__FINETUNE__EPOCHS": "3", "KTSTREAM_TRAINER__FAMILY": "sakt",
+    ...                           "KTSTREAM_KAFKA__GROUP_ID": "g"})
+    {'finetune': {'epochs': 3}, 'family': 'sakt'}
+    """
+    prefix = f"KTSTREAM_{name.upper()}__"
+    out: dict[str, Any] = {}
+    for key, raw in (os.environ if environ is None else environ).items():
+        if not key.upper().startswith(prefix):
+            continue
+        *parents, leaf = key[len(prefix):].lower().split("__")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        try:
+            node[leaf] = json.loads(raw)
+        except ValueError:
+            node[leaf] = raw
+    return out
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def section(path: str | Path, name: str, model: type[BaseModel]) -> BaseModel:
-    """Validate section ``name`` of the file with ``model`` (an absent section takes the defaults)."""
+    """Validate section ``name`` of the file with ``model``, environment over file (an absent
+    section takes the defaults)."""
     try:
-        return model(**(read_sections(path).get(name) or {}))
+        return model(**_merge(read_sections(path).get(name) or {}, env_overrides(name)))
     except ValueError as exc:
-        raise ConfigError(f"invalid section {name!r} in {path}: {exc}") from exc
+        raise ConfigError(f"invalid section {name!r} in {path} (or its KTSTREAM_{name.upper()}__* "
+                          f"variables): {exc}") from exc

@@ -200,3 +200,23 @@ def test_archive_cli_reads_its_sections_and_stops(tmp_path, caplog):
 
     with pytest.raises(ConfigError, match="archive"):
         main(["archive", "--config", str(bad), "--max-seconds", "0"])
+
+
+def test_environment_overrides_the_trainer_and_archive_sections(tmp_path, monkeypatch):
+    """KTSTREAM_<SECTION>__<FIELD> wins over the file, as for `ktstream serve`; nested fields too."""
+    from ktstream.config import KafkaSettings
+    from ktstream.exceptions import ConfigError
+    from ktstream.finetune.settings import TrainerSettings, section
+
+    path = tmp_path / "trainer.yaml"
+    path.write_text("trainer: {archive: /a, registry: /r, finetune: {epochs: 5, lr: 0.01}}\n"
+                    "kafka: {group_id: from-file}\n")
+    monkeypatch.setenv("KTSTREAM_TRAINER__REGISTRY", "/mnt/registry")
+    monkeypatch.setenv("KTSTREAM_TRAINER__FINETUNE__EPOCHS", "2")
+    monkeypatch.setenv("KTSTREAM_KAFKA__GROUP_ID", "from-env")
+    s = section(path, "trainer", TrainerSettings)
+    assert (s.archive, s.registry, s.finetune) == ("/a", "/mnt/registry", {"epochs": 2, "lr": 0.01})
+    assert section(path, "kafka", KafkaSettings).group_id == "from-env"
+    monkeypatch.setenv("KTSTREAM_TRAINER__HORIZON_DAYS", "-1")
+    with pytest.raises(ConfigError, match="KTSTREAM_TRAINER__"):
+        section(path, "trainer", TrainerSettings)

@@ -45,6 +45,21 @@ def test_random_labels_give_chance_auc():
     assert abs(result["test"]["auc"] - 0.5) < 0.05
 
 
+def test_coin_flips_are_drawn_once_per_interaction_not_per_repeated_row():
+    """A multi-concept interaction expanded into rows keeps one (random) response across its rows."""
+    base = {"learner_id": "u", "event_time": None}
+    recs = []
+    for i in range(300):  # every interaction on item q{i} repeated for concepts a and b
+        r = i % 2
+        recs += [dict(base, event_id=f"e{i}a", item_id=f"q{i}", concept_ids=["a"], response=r, seq=2 * i),
+                 dict(base, event_id=f"e{i}b", item_id=f"q{i}", concept_ids=["b"], response=r, seq=2 * i + 1)]
+    flipped = coin_flip_labels(recs, seed=0)
+    pairs = [(flipped[2 * i]["response"], flipped[2 * i + 1]["response"]) for i in range(300)]
+    assert all(a == b for a, b in pairs), "the rows of one interaction share their flip"
+    firsts = np.array([a for a, _ in pairs])
+    assert 0.4 < firsts.mean() < 0.6 and not np.array_equal(firsts, np.arange(300) % 2)
+
+
 def test_prequential_time_scores_only_after_cutoff_and_builds_vocab_before_it():
     records = stream(30, 3)
     times = np.array([r["event_time"] for r in records])

@@ -145,7 +145,9 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--max-batch", type=int, default=1000)
     ap.add_argument("--latency-max-batch", type=int, default=250)
-    ap.add_argument("--models", default=",".join(m for m in ("dkt", "dkvmn", "sakt") if m in names()))
+    ap.add_argument("--models", default=",".join(m for m in ("dkt", "dkvmn", "sakt", "sakt@float16")
+                                                 if m.split("@")[0] in names()),
+                    help="families at default sizes; NAME@float16: the same with an fp16 key/value cache")
     args = ap.parse_args()
     torch.set_num_threads(1)
     world = dict(start_spread_ms=60_000, mean_gap_ms=30_000, mean_length=10)
@@ -157,7 +159,10 @@ def main() -> None:
     serving = {}
     for m in args.models.split(","):
         torch.manual_seed(0)
-        serving[m] = ServingModel(create(m, n_items=len(items), n_concepts=len(concepts)).eval(), items, concepts, "b")
+        name, _, dtype = m.partition("@")
+        kwargs = {"cache_dtype": dtype} if dtype else {}
+        model = create(name, n_items=len(items), n_concepts=len(concepts), **kwargs).eval()
+        serving[m] = ServingModel(model, items, concepts, "b")
     configs = ["passthrough"] + list(serving)
     configs += [f"{m}/no-describe" for m, sm in serving.items() if type(sm.model).describe is not KTModel.describe]
     print(f"torch threads 1; cores visible {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f} "
@@ -173,7 +178,7 @@ def main() -> None:
         cpu = {c: [] for c in configs}  # CPU microseconds per event
         for r in range(args.repeat):
             for cfg in configs:
-                tag = f"{cfg}-{uuid.uuid4().hex[:6]}"
+                tag = f"{cfg.replace('/', '-').replace('@', '-')}-{uuid.uuid4().hex[:6]}"
                 s = settings(broker, tag, "bench.events", args.max_batch)
                 broker.create_topics([s.kafka.topics.predictions, s.kafka.topics.dead_letters], PARTITIONS)
                 engine = make_engine(cfg, s, serving)
@@ -195,7 +200,7 @@ def main() -> None:
             print(f"\nlatency, event time -> prediction produced, at an offered {rate:.0f} ev/s for "
                   f"{args.seconds:.0f}s (max_batch {args.latency_max_batch}):")
             for cfg in configs:
-                tag = f"lat-{cfg.replace('/', '-')}-{uuid.uuid4().hex[:6]}"
+                tag = f"lat-{cfg.replace('/', '-').replace('@', '-')}-{uuid.uuid4().hex[:6]}"
                 s = settings(broker, tag, f"{tag}.ev", args.latency_max_batch)
                 t = s.kafka.topics
                 broker.create_topics([t.events, t.predictions, t.dead_letters], PARTITIONS)

@@ -75,7 +75,7 @@ class ModelRunner:
                 same = len(rows) == len(wave) and all(q is p.learner.state for q, p in zip(q_states, wave))
                 current = batch if same else stack_states([wave[b].learner.state for b in rows])
                 sub = query if same else _select(query, torch.tensor(rows))
-                for b, s in zip(rows, split_state(self.model.update(current, sub))):
+                for b, s in zip(rows, self.model.update_rows(current, sub)):
                     new_states[b] = s
         for p, e, s in zip(wave, events, new_states):
             p.learner.applied(s, p.decoded.record.tp, p.decoded.record.offset, e.event_id,

@@ -72,6 +72,12 @@ class KTModel(nn.Module):
         Models with nothing to add return an empty dict."""
         return {}
 
+    def update_rows(self, state: State, interaction: Interactions) -> list[State]:
+        """``update``, returned per learner (leading dim 1, each owning its memory): what the engine
+        keeps. Models whose new state is mostly the old one moved (key/value caches) override it to
+        build each learner's state in one copy instead of a batch copy plus a split."""
+        return split_state(self.update(state, interaction))
+
     def predict_described(self, state: State, query: Interactions) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``predict`` and ``describe`` together; models whose two share a read of the state override it."""
         return self.predict(state, query), self.describe(state, query)

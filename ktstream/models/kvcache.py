@@ -108,6 +108,21 @@ def shift(ks: KeySpace, dtype: torch.dtype) -> State:
     return state
 
 
+def shift_rows(ks: KeySpace, dtype: torch.dtype) -> list[State]:
+    """``shift``, built per learner (leading dim 1 each): one copy of each learner's cache, where
+    ``shift`` then a split would copy it twice."""
+    assert ks.state is not None and all(v.shape[1] == 1 for v in ks.new.values()), "shift appends one per learner"
+    old, new = ks.state, {name: v.to(dtype) for name, v in ks.new.items()}
+    times, counts = ks.time[:, -1:], old["count"] + 1
+    out = []
+    for b in range(counts.shape[0]):
+        row = {name: torch.cat([old[name][b:b + 1, 1:], v[b:b + 1]], 1) for name, v in new.items()}
+        row["time"] = torch.cat([old["time"][b:b + 1, 1:], times[b:b + 1]], 1)
+        row["count"] = counts[b:b + 1].clone()
+        out.append(row)
+    return out
+
+
 def nbytes(state: State) -> int:
     """Bytes of cached state per learner."""
     return sum(v[0].numel() * v.element_size() for v in state.values())

@@ -189,13 +189,19 @@ class WindowedKT(KTModel):
         return self._log_probs(x, q)[:, 0].exp()
 
     def update(self, state: State, interaction: Interactions) -> State:
+        return kvcache.shift(self._appended(state, interaction), CACHE_DTYPES[self.cache_dtype])
+
+    def update_rows(self, state: State, interaction: Interactions) -> list[State]:
+        return kvcache.shift_rows(self._appended(state, interaction), CACHE_DTYPES[self.cache_dtype])
+
+    def _appended(self, state: State, interaction: Interactions) -> kvcache.KeySpace:
+        """The cache followed by one new interaction per learner (encoders run on it)."""
         i = interaction
         B = len(i)
         q = self.embed_question(i.items.unsqueeze(1), i.concepts.unsqueeze(1))
         y = self.embed_interaction(i.items.unsqueeze(1), i.concepts.unsqueeze(1), i.responses.unsqueeze(1), q)
         applied = torch.ones(B, 1, dtype=torch.bool, device=q.device)
-        ks = self._append(state, q, y, state["count"].unsqueeze(1), applied, i.times.unsqueeze(1))
-        return kvcache.shift(ks, CACHE_DTYPES[self.cache_dtype])
+        return self._append(state, q, y, state["count"].unsqueeze(1), applied, i.times.unsqueeze(1))
 
     def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:
         """Attention of the last retriever layer over the cached past (slots oldest first).

@@ -105,6 +105,27 @@ def test_predict_does_not_mutate_state(name, make_histories):
         assert torch.equal(before[k], state[k]), f"{name}: predict/update mutated state[{k!r}]"
 
 
+@pytest.mark.parametrize("name", names())
+def test_per_learner_updates_equal_the_batched_update(name, make_histories):
+    """``update_rows`` (what the engine keeps) is ``update`` split per learner, each row owning its memory,
+    and ``predict_described`` is ``predict`` and ``describe``."""
+    model = build(name)
+    _, hist = make_histories([12, 9, 12], N_ITEMS, N_CONCEPTS, 2, seed=8)
+    _, state = replay(model, hist)
+    with torch.inference_mode():
+        batched = model.update(state, hist.at(8))
+        rows = model.update_rows(state, hist.at(8))
+        probs, extras = model.predict_described(state, hist.at(8))
+        alone, described = model.predict(state, hist.at(8)), model.describe(state, hist.at(8))
+    assert len(rows) == 3 and all(set(r) == set(batched) for r in rows)
+    for b, row in enumerate(rows):
+        for k, t in row.items():
+            assert t.shape == batched[k][b:b + 1].shape and torch.equal(t, batched[k][b:b + 1]), (name, k)
+            assert t.untyped_storage().nbytes() == t.numel() * t.element_size(), f"{name}: row {k} shares storage"
+    assert torch.equal(probs, alone) and set(extras) == set(described)
+    assert all(torch.equal(extras[k], described[k]) for k in extras)
+
+
 @pytest.mark.parametrize("name", [n for n in names() if family(n).carries_state])
 def test_chunked_forward_with_carried_state_equals_full(name, make_histories):
     model = build(name)

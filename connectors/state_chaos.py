@@ -3,18 +3,23 @@
 It lives in connectors/ because it drives Kafka clients directly.
 Used by tests/state/test_crash_recovery.py (small) and bench/crash_recovery.py
 (the issue's figure). ``run`` publishes a simulated stream at a steady pace,
-starts ``python -m ktstream.state.serve``, kills it (by its own pid) at random
-moments while the stream flows, restarts it on the same state directory, and
-finally stops it cleanly once every input offset has a prediction. ``check``
-compares the outcome with an uninterrupted in-process run of the same model on
-the same records: every (partition, offset) predicted, nothing else, repeats
-only of the same offset with the same probabilities, and every learner's
-stored state equal (1e-6).
+starts ``ktstream serve`` with ``state.dir`` set (at-least-once, or exactly-once
+with ``guarantee="exactly-once"``), kills it (by its own pid) at random moments
+while the stream flows, restarts it on the same state directory, and finally
+stops it cleanly once every input offset has a prediction. ``check`` compares
+the outcome with an uninterrupted in-process run of the same model on the same
+records: every (partition, offset) predicted, nothing else, repeats only of the
+same offset with the same probabilities (none at all in exactly-once), and
+every learner's stored state equal (1e-6). Predictions are read as a
+read_committed consumer should (connectors.kafka.committed: aborted
+transactions dropped even though Tansu does not report them); ``plain_reader``
+counts what a stock kafka-python read_committed consumer sees on this broker.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -26,7 +31,7 @@ import torch
 from kafka import KafkaConsumer, TopicPartition
 
 from connectors.kafka import KafkaSink
-from connectors.kafka.changelog import read_changelog
+from connectors.kafka.committed import read_partition
 from ktstream.config import KafkaSettings, load_settings
 from ktstream.data.histories import build_vocabularies
 from ktstream.data.simulate import simulate
@@ -41,7 +46,8 @@ from ktstream.models import create, family
 from ktstream.state.sqlite import SqliteStore
 
 
-def prepare(workdir: Path, bootstrap: str, n_learners: int, mean_length: int, partitions: int, seed: int = 0):
+def prepare(workdir: Path, bootstrap: str, n_learners: int, mean_length: int, partitions: int, seed: int = 0,
+            guarantee: str = "at-least-once"):
     recs = replay_order(simulate(n_learners=n_learners, mean_length=mean_length, seed=seed, step_prob=0.3,
                                  query_prob=0.05, start_spread_ms=60_000, n_items=50, n_concepts=8))
     items, concepts = build_vocabularies(recs)
@@ -55,7 +61,8 @@ def prepare(workdir: Path, bootstrap: str, n_learners: int, mean_length: int, pa
                      "partitions": partitions, "topics": {"events": f"{tag}.ev", "predictions": f"{tag}.pred",
                                                           "dead_letters": f"{tag}.dead"}},
            "metrics": {"port": 0}, "engine": {"max_batch": 100, "poll_timeout_ms": 20, "describe": False, "gc_tuning": False},
-           "model": {"family": "dkt", "checkpoint": str(workdir / "model")}}
+           "model": {"family": "dkt", "checkpoint": str(workdir / "model")},
+           "state": {"processing_guarantee": guarantee}}
     (workdir / "config.yaml").write_text(json.dumps(cfg))
     return recs, serving, load_settings(workdir / "config.yaml")
 
@@ -77,9 +84,13 @@ def feed(settings, recs, seconds: float) -> threading.Thread:
 
 
 def start(workdir: Path, state_dir: Path, log_name: str) -> subprocess.Popen:
+    """``ktstream serve`` on ``state_dir`` (given through the environment, as a deployment would); the
+    directory's name is the instance id, so a restart reuses its transactional.id and fences its dead self."""
     log = open(workdir / log_name, "ab")
-    return subprocess.Popen([sys.executable, "-m", "ktstream.state.serve", "--config", str(workdir / "config.yaml"),
-                             "--state-dir", str(state_dir)], stdout=log, stderr=subprocess.STDOUT)
+    env = os.environ | {"KTSTREAM_STATE__DIR": str(state_dir), "KTSTREAM_STATE__INSTANCE_ID": state_dir.name}
+    return subprocess.Popen([sys.executable, "-c", "from ktstream.cli.main import main; raise SystemExit(main())",
+                             "serve", "--config", str(workdir / "config.yaml")], stdout=log,
+                            stderr=subprocess.STDOUT, env=env)
 
 
 def _restores(workdir: Path, log_name: str = "engine.log") -> int:
@@ -89,7 +100,22 @@ def _restores(workdir: Path, log_name: str = "engine.log") -> int:
 
 
 def read_topic(k: KafkaSettings, topic: str, partitions: int):
-    return [r for p in range(partitions) for r in read_changelog(k, topic, p, idle_polls=3)]
+    return [r for p in range(partitions) for r in read_partition(k, topic, p, idle_polls=3)]
+
+
+def plain_reader(k: KafkaSettings, partitions: int) -> int:
+    """Predictions a stock kafka-python read_committed consumer receives (Tansu: aborted ones too)."""
+    consumer = KafkaConsumer(bootstrap_servers=k.bootstrap_servers, isolation_level="read_committed",
+                             enable_auto_commit=False, auto_offset_reset="earliest")
+    tps = [TopicPartition(k.topics.predictions, p) for p in range(partitions)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    n, idle = 0, 0
+    while idle < 5:
+        got = sum(len(v) for v in consumer.poll(timeout_ms=300, max_records=5000).values())
+        n, idle = n + got, 0 if got else idle + 1
+    consumer.close(autocommit=False)
+    return n
 
 
 def predictions(k: KafkaSettings, partitions: int) -> list[dict]:
@@ -110,9 +136,9 @@ def reference(serving: ServingModel, records, settings):
 
 
 def run(workdir: Path, bootstrap: str, n_learners=200, mean_length=15, partitions=3, kills=3, feed_s=20.0,
-        seed=0, timeout_s=240.0) -> dict:
+        seed=0, timeout_s=240.0, guarantee: str = "at-least-once", pause=(0.2, 3.0)) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
-    recs, serving, s = prepare(workdir, bootstrap, n_learners, mean_length, partitions, seed)
+    recs, serving, s = prepare(workdir, bootstrap, n_learners, mean_length, partitions, seed, guarantee)
     from connectors.kafka.admin import create_topics
     t = s.kafka.topics
     create_topics(s.kafka, [t.events, t.predictions, t.dead_letters], partitions)
@@ -125,7 +151,7 @@ def run(workdir: Path, bootstrap: str, n_learners=200, mean_length=15, partition
             joined = _restores(workdir) + 1  # kill only a process that owns partitions and is processing
             while _restores(workdir) < joined and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.2)
-            time.sleep(rng.uniform(0.2, 3.0))
+            time.sleep(rng.uniform(*pause))
             proc.kill()  # SIGKILL, this process only
             proc.wait(30)
             killed += 1
@@ -147,7 +173,8 @@ def run(workdir: Path, bootstrap: str, n_learners=200, mean_length=15, partition
             proc.kill()
             proc.wait(10)
     return {"records": records, "predictions": got, "serving": serving, "settings": s, "kills": killed,
-            "events": len(recs), "state_dir": workdir / "state", "partitions": partitions}
+            "events": len(recs), "state_dir": workdir / "state", "partitions": partitions,
+            "exactly_once": guarantee == "exactly-once"}
 
 
 def check(result: dict, atol: float = 1e-6) -> dict:
@@ -158,6 +185,8 @@ def check(result: dict, atol: float = 1e-6) -> dict:
     want = {(r.partition, r.offset) for r in records}
     seen = [(p["source"]["partition"], p["source"]["offset"]) for p in got]
     assert set(seen) == want, f"missing {len(want - set(seen))}, unexpected {len(set(seen) - want)} offsets"
+    if result.get("exactly_once"):
+        assert len(seen) == len(want), f"exactly-once: {len(seen) - len(want)} repeated predictions"
     for p, key in zip(got, seen):  # repeats are only same-offset repeats, with the same values
         assert torch.allclose(torch.tensor(p["probs"]), torch.tensor(ref_preds[key]), atol=atol), key
     dirs = result["state_dir"] if isinstance(result["state_dir"], list) else [result["state_dir"]]

@@ -91,6 +91,23 @@ class ModelSettings(_Section):
     registry_poll_s: float = Field(10.0, gt=0, description="how often the registry is looked at")
 
 
+class StateSettings(_Section):
+    dir: str | None = Field(None, description="durable learner state: one SQLite store per input partition under "
+                                              "this folder, a changelog topic, restore on assignment "
+                                              "(docs/state.md); None: the in-memory cache only")
+    fp16: bool = Field(False, description="store float32 state tensors as float16 (half the bytes; lossy, so "
+                                          "restored states match to about 1e-3, not 1e-6)")
+    processing_guarantee: Literal["at-least-once", "exactly-once"] = Field(
+        "at-least-once", description="exactly-once: predictions, dead letters, changelog records and the input "
+                                     "offsets commit in one producer transaction (readers use read_committed); "
+                                     "at-least-once: flush then commit (readers drop repeats by source offset)")
+    instance_id: str | None = Field(None, description="this instance's stable name (exactly-once: part of the "
+                                                      "transactional.id, so a restarted instance fences its dead "
+                                                      "self); None: the host name. Distinct per instance")
+    transaction_timeout_ms: int = Field(60_000, ge=1000, description="broker aborts a transaction left open "
+                                                                     "this long (a dead producer)")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KTSTREAM_", env_nested_delimiter="__", frozen=True,
                                       extra="forbid", protected_namespaces=())
@@ -98,6 +115,7 @@ class Settings(BaseSettings):
     engine: EngineSettings = EngineSettings()
     metrics: MetricsSettings = MetricsSettings()
     model: ModelSettings = ModelSettings()
+    state: StateSettings = StateSettings()
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,

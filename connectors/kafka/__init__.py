@@ -2,5 +2,14 @@
 
 from connectors.kafka.sink import KafkaSink
 from connectors.kafka.source import KafkaSource
+from connectors.kafka.transactional import TransactionalSink
 
-__all__ = ["KafkaSink", "KafkaSource"]
+
+def sink_for(settings) -> KafkaSink:
+    """The sink ``settings.state.processing_guarantee`` asks for (``settings``: ktstream.config.Settings)."""
+    if settings.state.processing_guarantee == "exactly-once":
+        return TransactionalSink(settings.kafka, settings.state)
+    return KafkaSink(settings.kafka)
+
+
+__all__ = ["KafkaSink", "KafkaSource", "TransactionalSink", "sink_for"]

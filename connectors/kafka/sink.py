@@ -1,9 +1,13 @@
-"""Kafka sink: predictions and dead letters through one idempotent producer (acks=all).
+"""Kafka sink: predictions, dead letters and changelog records through one idempotent producer (acks=all).
 
 Messages are keyed by learner id (the engine sets the key), so a learner's
 predictions land on one partition, in order (idempotence keeps order with up
-to 5 requests in flight). ``flush`` waits for every acknowledgement and raises
-``SinkError`` if any send failed, so the engine does not commit the batch.
+to 5 requests in flight). An output with an explicit ``partition`` and
+``headers`` (a changelog record, ktstream.state.changelog) goes to that
+partition with those headers. ``flush`` waits for every acknowledgement and
+raises ``SinkError`` if any send failed, so the engine does not commit the
+batch; ``acked`` then holds, per (topic, partition), the offset after the
+last acknowledged record (the changelog checkpoint the store records).
 Lazy: constructing it makes no network call.
 """
 
@@ -17,7 +21,7 @@ from kafka import KafkaProducer
 from connectors.kafka.clients import producer_config
 from ktstream.config import KafkaSettings
 from ktstream.engine.exceptions import SinkError
-from ktstream.engine.records import Output
+from ktstream.engine.records import Output, TopicPartition
 
 
 class KafkaSink:
@@ -25,6 +29,7 @@ class KafkaSink:
         self.config = producer_config(settings) | overrides
         self._producer: KafkaProducer | None = None
         self._pending: list = []
+        self.acked: dict[TopicPartition, int] = {}  # of the last flush
 
     @property
     def producer(self) -> KafkaProducer:
@@ -39,23 +44,37 @@ class KafkaSink:
         producer = self.producer
         try:
             for o in outputs:
-                self._pending.append(producer.send(o.topic, key=o.key, value=o.value))
+                part = getattr(o, "partition", None)
+                if part is None:
+                    fut = producer.send(o.topic, key=o.key, value=o.value)
+                else:
+                    fut = producer.send(o.topic, key=o.key, value=o.value, partition=part,
+                                        headers=list(getattr(o, "headers", ())))
+                self._pending.append(fut)
         except kafka.errors.KafkaError as exc:
             raise SinkError(f"send failed: {exc}") from exc
 
     def flush(self, timeout_s: float) -> None:
         """Block until every pending message is acknowledged; raise SinkError on any failure."""
         pending, self._pending = self._pending, []
+        self.acked = {}
         if self._producer is None:
             return
         try:
             self._producer.flush(timeout=timeout_s)
         except kafka.errors.KafkaError as exc:
             raise SinkError(f"flush failed: {exc}") from exc
+        self._check(pending)
+
+    def _check(self, pending: list) -> None:
         failed = [f for f in pending if not f.is_done or f.failed()]
         if failed:
             first = failed[0].exception if failed[0].is_done else "not acknowledged in time"
             raise SinkError(f"{len(failed)} of {len(pending)} messages not acknowledged: {first}")
+        for f in pending:
+            md = f.value
+            key = (md.topic, md.partition)
+            self.acked[key] = max(self.acked.get(key, 0), md.offset + 1)
 
     def close(self) -> None:
         if self._producer is not None:

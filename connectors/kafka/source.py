@@ -49,7 +49,7 @@ class _Queued(ConsumerRebalanceListener):
 class KafkaSource:
     def __init__(self, settings: KafkaSettings, topics: list[str] | None = None, max_poll_records: int = 1000,
                  **overrides):
-        self.topics = topics or [settings.topics.events]
+        self.settings, self.topics = settings, topics or [settings.topics.events]
         self.config = consumer_config(settings, max_poll_records) | overrides
         self.on_assigned = self.on_revoked = self.on_lost = ignore_partitions
         self._consumer: KafkaConsumer | None = None
@@ -118,6 +118,16 @@ class KafkaSource:
 
     def committed(self, tp: TP) -> int | None:
         return self.consumer.committed(TopicPartition(*tp))
+
+    def group_metadata(self):
+        """The consumer's group metadata, for ``send_offsets_to_transaction`` (exactly-once)."""
+        return self.consumer.group_metadata()
+
+    def read_partition(self, topic: str, partition: int, start: int = 0) -> list[Record]:
+        """Another topic's partition from ``start`` to its end, committed records only (a state restore)."""
+        from connectors.kafka.committed import read_partition
+
+        return read_partition(self.settings, topic, partition, start)
 
     def close(self) -> None:
         if self._consumer is not None:

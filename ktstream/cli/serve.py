@@ -1,4 +1,11 @@
-"""`ktstream serve --config FILE`: run the streaming engine against Kafka until SIGTERM / SIGINT."""
+"""`ktstream serve --config FILE`: run the streaming engine against Kafka until SIGTERM / SIGINT.
+
+With ``state.dir`` set (file, ``KTSTREAM_STATE__DIR`` or ``--state-dir``) the
+engine runs over durable, movable learner state (docs/state.md): the
+changelog topic is created first, and ``state.processing_guarantee`` picks
+at-least-once (flush, then commit) or exactly-once (one producer transaction
+per micro-batch).
+"""
 
 from __future__ import annotations
 
@@ -11,31 +18,46 @@ log = logging.getLogger(__name__)
 def register(sub) -> None:
     p = sub.add_parser("serve", help="run the streaming engine (Kafka in, predictions out, /metrics, /healthz)")
     p.add_argument("--config", help="YAML settings file (see configs/default.yaml); KTSTREAM_* env overrides it")
+    p.add_argument("--state-dir", help="durable learner state under this folder (overrides state.dir)")
     p.add_argument("--create-topics", action="store_true",
                    help="create the three topics first (kafka.partitions each); for development brokers")
     p.set_defaults(func=run)
 
 
+def create_changelog(settings) -> str:
+    """Create the changelog topic, compacted where the broker accepts topic configs."""
+    from connectors.kafka.admin import create_topics
+    from ktstream.state.changelog import changelog_topic
+
+    k = settings.kafka
+    name = changelog_topic(k.topics.events)
+    create_topics(k, [name], k.partitions, {"cleanup.policy": "compact"}, config_optional=True)
+    return name
+
+
 def run(args) -> int:
     if not getattr(args, "verbose", False):
         logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at INFO
-    from connectors.kafka import KafkaSink, KafkaSource  # the only Kafka client code lives in connectors/
+    from connectors.kafka import KafkaSource, sink_for  # the only Kafka client code lives in connectors/
     from ktstream.config import load_settings
     from ktstream.engine.bootstrap import load_model
     from ktstream.engine.service import Service
 
     import torch
 
-    settings = load_settings(args.config)
+    overrides = {"state": {"dir": args.state_dir}} if getattr(args, "state_dir", None) else {}
+    settings = load_settings(args.config, **overrides)
     torch.set_num_threads(settings.engine.torch_threads)
     k = settings.kafka
     if args.create_topics:
         from connectors.kafka.admin import create_topics
 
         create_topics(k, [k.topics.events, k.topics.predictions, k.topics.dead_letters], k.partitions)
+    if settings.state.dir is not None:
+        create_changelog(settings)
     serving = load_model(settings.model)
     source = KafkaSource(k, max_poll_records=settings.engine.max_batch)
-    service = Service(settings, serving, source, KafkaSink(k))
+    service = Service(settings, serving, source, sink_for(settings))
 
     def stop(signum, frame) -> None:
         log.info("signal %d: finishing the current micro-batch, then stopping", signum)
@@ -43,8 +65,9 @@ def run(args) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    log.info("serving %s %s: %s -> %s; metrics on http://%s:%d/metrics", serving.model.name, serving.version,
-             k.topics.events, k.topics.predictions, settings.metrics.host, service.server.port)
+    log.info("serving %s %s: %s -> %s (%s, state %s); metrics on http://%s:%d/metrics", serving.model.name,
+             serving.version, k.topics.events, k.topics.predictions, settings.state.processing_guarantee,
+             settings.state.dir or "in memory", settings.metrics.host, service.server.port)
     try:
         service.run()
     finally:

@@ -10,8 +10,13 @@ Per micro-batch (at-least-once; the Kafka Streams / Quix Streams order):
 If step 3 or 4 fails the staged states are dropped and the batch's partitions
 that are still ours are rewound to its first offsets, so they are processed
 again from the committed state; consumers drop the repeated predictions by
-their source (topic, partition, offset). Exactly-once (a producer transaction
-with ``send_offsets_to_transaction``) replaces steps 3-4 in a later issue.
+their source (topic, partition, offset).
+
+Exactly-once (a sink with ``transactional = True``, connectors.kafka.transactional)
+replaces steps 3-4 by one producer transaction: ``begin``; ``send`` the outputs;
+``commit(offsets, group metadata)`` = ``send_offsets_to_transaction`` +
+``commit_transaction``. Any failure aborts the transaction, drops the staged
+states and rewinds, as above; read_committed consumers never see the batch.
 
 Between micro-batches (never inside one, so a batch is served by one model
 version) the engine asks its registry watcher for a newly promoted version,
@@ -52,6 +57,8 @@ class Engine:
         self.max_batch, self.poll_timeout_s, self.flush_timeout_s = max_batch, poll_timeout_s, flush_timeout_s
         self.gauge_interval_s, self.rebuild_chunk = gauge_interval_s, rebuild_chunk
         self.watcher: Watcher | None = None  # set by watch()
+        self.transactional = bool(getattr(sink, "transactional", False))  # exactly-once
+        self.state_manager = None  # durable state (ktstream.state.wiring), when configured
         self.joined = False  # a first assignment arrived (readiness)
         self.last_loop = time.monotonic()
         self._last_gauges = 0.0
@@ -104,19 +111,9 @@ class Engine:
             self._rebuild_some()
             return None
         batch = self.processor.process(records)
-        try:
-            self.sink.send(batch.outputs)
-            self.sink.flush(self.flush_timeout_s)
-        except SinkError:
-            self._roll_back(batch, "sink")
-            raise
-        flushed = now_ms()
-        try:
-            self.source.commit(batch.offsets)
-        except CommitError:
-            self._roll_back(batch, "commit")
-            log.warning("commit failed for %s; batch will be processed again", sorted(batch.offsets))
+        if not (self._transaction(batch) if self.transactional else self._flush_and_commit(batch)):
             return None
+        flushed = now_ms()
         self.cache.apply(batch.staged, batch.offsets)
         self.metrics.observe_batch(batch, flushed)
         self._rebuild_some()
@@ -145,6 +142,41 @@ class Engine:
 
     def ready(self) -> bool:
         return self.joined
+
+    # -- commit protocol, steps 3-4 ---------------------------------------
+    def _flush_and_commit(self, batch: Batch) -> bool:
+        """At-least-once: flush (acks=all), then commit the input offsets."""
+        try:
+            self.sink.send(batch.outputs)
+            self.sink.flush(self.flush_timeout_s)
+        except SinkError:
+            self._roll_back(batch, "sink")
+            raise
+        try:
+            self.source.commit(batch.offsets)
+        except CommitError:
+            self._roll_back(batch, "commit")
+            log.warning("commit failed for %s; batch will be processed again", sorted(batch.offsets))
+            return False
+        return True
+
+    def _transaction(self, batch: Batch) -> bool:
+        """Exactly-once: outputs and input offsets in one producer transaction; abort on any failure."""
+        try:
+            self.sink.begin()
+            self.sink.send(batch.outputs)
+        except SinkError:
+            self.sink.abort()
+            self._roll_back(batch, "sink")
+            raise
+        try:
+            self.sink.commit(batch.offsets, self.source.group_metadata(), self.flush_timeout_s)
+        except (CommitError, SinkError) as exc:
+            self.sink.abort()
+            self._roll_back(batch, "commit")
+            log.warning("transaction aborted for %s (%s); batch will be processed again", sorted(batch.offsets), exc)
+            return False
+        return True
 
     def _roll_back(self, batch: Batch, stage: str) -> None:
         self.metrics.failures.labels(stage).inc()

@@ -28,6 +28,7 @@ class Record:
     key: bytes | None
     value: bytes | None
     timestamp_ms: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
     @property
     def tp(self) -> TopicPartition:
@@ -67,6 +68,9 @@ class Source(Protocol):
 
     def close(self) -> None: ...
 
+    # durable state and exactly-once also need: committed(tp) -> int | None,
+    # read_partition(topic, partition, start) -> list[Record], group_metadata() -> object
+
 
 class Sink(Protocol):
     """What the engine needs from an output connector: send, then flush (acks=all)."""
@@ -76,6 +80,23 @@ class Sink(Protocol):
     def flush(self, timeout_s: float) -> None: ...
 
     def close(self) -> None: ...
+
+
+class TransactionalSink(Sink, Protocol):
+    """A sink for exactly-once: one transaction per micro-batch, holding the input offsets too.
+
+    ``commit`` puts ``offsets`` into the transaction for the consumer group described by
+    ``group_metadata`` (the source's ``group_metadata()``) and commits; it raises CommitError
+    (or SinkError) on failure, after which the engine calls ``abort``.
+    """
+
+    transactional: bool
+
+    def begin(self) -> None: ...
+
+    def commit(self, offsets: dict[TopicPartition, int], group_metadata: object, timeout_s: float) -> None: ...
+
+    def abort(self) -> None: ...
 
 
 def ignore_partitions(partitions: list[TopicPartition]) -> None:

@@ -28,13 +28,25 @@ from ktstream.metrics import EngineMetrics
 
 def build_engine(settings: Settings, serving: ServingModel, source: Source, sink: Sink,
                  store: StateStore | None = None) -> Engine:
+    """The engine; with ``state.dir`` set (or a ``store`` given) over durable state: a store per input
+    partition, changelog records in every batch, restore on assignment (ktstream.state.wiring). The
+    processing guarantee follows the sink: a transactional sink commits each batch in one transaction."""
     e, k, m = settings.engine, settings.kafka, settings.metrics
     runner = ModelRunner(serving.model, serving.items, serving.concepts, serving.version, e.describe)
-    processor = Processor(runner, StateCache(e.cache_max_bytes, store), k.topics.predictions, k.topics.dead_letters,
-                          e.late_policy, e.max_record_bytes, e.rebuild_window)
     metrics = EngineMetrics(m.quality_window, m.calibration_bins)
+    attach, extra, processor_cls = None, {}, Processor
+    if settings.state.dir is not None or store is not None:
+        from ktstream.state.changelog import ChangelogProcessor
+        from ktstream.state.wiring import durable
+
+        store, extra["changelog"], attach = durable(settings, metrics, source, sink, store)
+        processor_cls = ChangelogProcessor
+    processor = processor_cls(runner, StateCache(e.cache_max_bytes, store), k.topics.predictions,
+                              k.topics.dead_letters, e.late_policy, e.max_record_bytes, e.rebuild_window, **extra)
     engine = Engine(source, sink, processor, metrics, e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s,
                     rebuild_chunk=e.rebuild_chunk)
+    if attach is not None:
+        engine.state_manager = attach(engine)
     if settings.model.registry is not None:  # hot swap: newly promoted versions are served between micro-batches
         from ktstream.finetune.registry import ModelRegistry
         from ktstream.finetune.watcher import RegistryWatcher
@@ -107,6 +119,9 @@ class Service:
         self.stop()
         self.join(30)
         self.engine.close()
+        store = self.engine.cache.store
+        if store is not None:
+            store.close()
         if self.server is not None:
             self.server.close()
 

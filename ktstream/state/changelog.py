@@ -8,19 +8,22 @@ because ``Output`` has no headers field the engine's sink would forward, in the
 value as well. The value is ``len(meta) (4 bytes, big endian) + meta JSON +
 safetensors blob``: self-describing, never pickle.
 
-Restore (``restore``): a partition's store reflects input offset S; the group
-committed C. Changelog records whose source offset lies in [S, C) were
-committed but not yet written locally (a crash between the commit protocol's
-steps 3 and 4); apply them, latest per learner, and write the store at C in
-one transaction. Records at or beyond C belong to a batch that never committed:
-it will be processed again, so they are ignored.
+Restore (``restore``): a partition's store reflects input offset S and
+changelog offset X (its checkpoint: the offset after the last changelog record
+of the states it holds); the group committed C. Changelog records from X on
+whose source offset lies in [S, C) were committed but not yet written locally
+(a crash between the commit protocol's steps 3 and 4); apply them, latest per
+learner, and write the store at C (and X = the end of what was read) in one
+transaction. Records at or beyond C belong to a batch that never committed: it
+will be processed again, so they are ignored. Records before X are already in
+the store (or belong to batches before S), so only the tail is read.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ktstream.engine.learner import LearnerState
 from ktstream.engine.processor import Batch, Processor
@@ -71,17 +74,22 @@ class ChangelogProcessor(Processor):
         return batch
 
 
-def restore(store, tp: TopicPartition, changelog: Iterable[Record], committed: int) -> int:
-    """Bring ``tp``'s store up to the committed input offset; returns the number of records applied."""
+def restore(store, tp: TopicPartition, read: Callable[[int], Iterable[Record]], committed: int) -> tuple[int, int]:
+    """Bring ``tp``'s store up to the committed input offset, reading the changelog from the store's
+    checkpoint (``read(offset)``: the records of ``tp``'s changelog partition from ``offset`` on).
+    Returns (learner states applied, changelog records read)."""
     start = store.open(tp)
     if start >= committed:
-        return 0
+        return 0, 0
+    since = end = store.changelog_offset(tp)
     latest: dict[str, LearnerState] = {}
-    for rec in changelog:
+    n = 0
+    for rec in read(since):
+        n, end = n + 1, max(end, rec.offset + 1)
         if rec.value is None:
             continue
         st = from_changelog(rec.value)
         if st.partition == tp and start <= st.last_offset < committed:
             latest[st.learner_id] = st
-    store.write(list(latest.values()), {tp: committed})
-    return len(latest)
+    store.write(list(latest.values()), {tp: committed}, {tp: end})
+    return len(latest), n

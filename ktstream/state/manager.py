@@ -30,7 +30,7 @@ from ktstream.state.changelog import restore
 
 log = logging.getLogger(__name__)
 
-Reader = Callable[[TopicPartition], Iterable[Record]]  # the changelog records for an input partition
+Reader = Callable[[TopicPartition, int], Iterable[Record]]  # an input partition's changelog records from an offset
 
 
 class StateManager:
@@ -38,10 +38,11 @@ class StateManager:
                  committed: Callable[[TopicPartition], int | None]):
         self.engine, self.store = engine, store
         self.read_changelog, self.committed = read_changelog, committed
-        self.restored_records = 0
+        self.restored_records = 0  # learner states applied from the changelog
+        self.read_records = 0  # changelog records read to find them
         self.restore_seconds = 0.0
         self.assigned: set[TopicPartition] = set()
-        self.on_restored: Callable[[TopicPartition, int, float], None] = lambda tp, n, s: None
+        self.on_restored: Callable[[TopicPartition, int, int, float], None] = lambda tp, n, r, s: None
 
     def attach(self) -> "StateManager":
         src = self.engine.source
@@ -52,17 +53,18 @@ class StateManager:
         for tp in partitions:
             t0 = time.monotonic()
             committed = self.committed(tp) or 0
-            n = restore(self.store, tp, self.read_changelog(tp), committed)  # reads only if behind
+            n, read = restore(self.store, tp, lambda start, tp=tp: self.read_changelog(tp, start), committed)
             if self.store.offset(tp) > committed:
                 log.warning("%s: the store reflects offset %d beyond the committed %d", tp,
                             self.store.offset(tp), committed)
             dt = time.monotonic() - t0
             self.restored_records += n
+            self.read_records += read
             self.restore_seconds += dt
             self.assigned.add(tp)
-            self.on_restored(tp, n, dt)
-            log.info("%s restored: %d changelog records in %.3fs, store at offset %d", tp, n, dt,
-                     self.store.offset(tp))
+            self.on_restored(tp, n, read, dt)
+            log.info("%s restored: %d changelog records in %.3fs (%d read from the checkpoint), store at "
+                     "offset %d", tp, n, dt, read, self.store.offset(tp))
         self.engine.on_assigned(partitions)
 
     def on_revoked(self, partitions: list[TopicPartition]) -> None:

@@ -23,6 +23,8 @@ class StateMetrics:
                                          "partition from the changelog.", buckets=SECONDS, registry=r)
         self.restored = Counter("ktstream_state_restored_records", "Changelog records applied by restores.",
                                 registry=r)
+        self.restore_read = Counter("ktstream_state_restore_read_records", "Changelog records read by "
+                                    "restores (from each store's changelog checkpoint on).", registry=r)
         self.checkpoint_seconds = Histogram("ktstream_state_checkpoint_seconds", "Duration of the atomic store "
                                             "write after a commit.", buckets=SECONDS, registry=r)
         self.store_bytes = Gauge("ktstream_state_store_bytes", "Bytes of serialized learner state in the "
@@ -33,9 +35,10 @@ class StateMetrics:
                               registry=r)
         self.gauge_interval_s, self._last = gauge_interval_s, 0.0
 
-    def on_restored(self, tp: TopicPartition, records: int, seconds: float) -> None:
+    def on_restored(self, tp: TopicPartition, records: int, read: int, seconds: float) -> None:
         self.restore_seconds.observe(seconds)
         self.restored.inc(records)
+        self.restore_read.inc(read)
 
     def sizes(self, store, force: bool = False) -> None:
         now = time.monotonic()
@@ -58,9 +61,9 @@ class TimedStore:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def write(self, states, offsets) -> None:
+    def write(self, states, offsets, changelog=None) -> None:
         t0 = time.perf_counter()
-        self.inner.write(states, offsets)
+        self.inner.write(states, offsets, changelog)
         self.metrics.checkpoint_seconds.observe(time.perf_counter() - t0)
         self.metrics.sizes(self.inner)
 

@@ -50,6 +50,12 @@ class SqliteStore:
         row = conn.execute("SELECT next_offset FROM offsets WHERE topic=? AND part=?", tp).fetchone()
         return -1 if row is None else int(row[0])
 
+    def changelog_offset(self, tp: TopicPartition) -> int:
+        """The changelog offset the partition's store reflects (0: none recorded: replay from the start)."""
+        self.open(tp)
+        row = self._conns[tp].execute("SELECT next_offset FROM changelog WHERE topic=? AND part=?", tp).fetchone()
+        return 0 if row is None else int(row[0])
+
     def partitions(self) -> list[TopicPartition]:
         return sorted(self._conns)
 
@@ -60,8 +66,10 @@ class SqliteStore:
                 return codec.decode(dict(row))
         return None
 
-    def write(self, states: list[LearnerState], offsets: dict[TopicPartition, int]) -> None:
-        """Per partition, its learners' rows and its offset in one transaction (all or nothing)."""
+    def write(self, states: list[LearnerState], offsets: dict[TopicPartition, int],
+              changelog: dict[TopicPartition, int] | None = None) -> None:
+        """Per partition, its learners' rows, its input offset and its changelog checkpoint (the
+        offset after the last changelog record of the states written) in one transaction."""
         for tp, group in _by_partition(states, offsets).items():
             conn = self._conns.get(tp)
             assert conn is not None, f"partition {tp} is not open in this store"
@@ -72,6 +80,9 @@ class SqliteStore:
                     conn.execute(_INSERT, [row[c] for c in codec.COLUMNS])
                 if tp in offsets:
                     conn.execute("INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)", (tp[0], tp[1], offsets[tp]))
+                if changelog and tp in changelog:
+                    conn.execute("INSERT INTO changelog VALUES (?, ?, ?) ON CONFLICT (topic, part) DO UPDATE SET "
+                                 "next_offset = MAX(next_offset, excluded.next_offset)", (tp[0], tp[1], changelog[tp]))
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")

@@ -17,8 +17,8 @@ Both backends (``SqliteStore``, ``MemoryStore``) store the same encoded rows
 >>> s.open(("ev", 0))
 -1
 >>> s.write([LearnerState("a", {"h": torch.ones(1, 2)}, "v1", ("ev", 0), last_offset=4)], {("ev", 0): 5})
->>> s.offset(("ev", 0)), s.load("a").last_offset
-(5, 4)
+>>> s.offset(("ev", 0)), s.load("a").last_offset, s.changelog_offset(("ev", 0))
+(5, 4, 0)
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS learners (learner_id TEXT PRIMARY KEY, blob BLOB NOT 
   topic TEXT, part INTEGER, step_key TEXT, last_event_time_ms INTEGER, last_event_id TEXT,
   last_offset INTEGER, events INTEGER, responses INTEGER, late INTEGER);
 CREATE TABLE IF NOT EXISTS offsets (topic TEXT, part INTEGER, next_offset INTEGER, PRIMARY KEY (topic, part));
+CREATE TABLE IF NOT EXISTS changelog (topic TEXT, part INTEGER, next_offset INTEGER, PRIMARY KEY (topic, part));
 """
 _INSERT = (f"INSERT OR REPLACE INTO learners ({', '.join(codec.COLUMNS)}) "
            f"VALUES ({', '.join('?' * len(codec.COLUMNS))})")
@@ -54,6 +55,7 @@ class MemoryStore:
         self.fp16 = fp16
         self._rows: dict[TopicPartition, dict[str, dict[str, Any]]] = {}
         self._offsets: dict[TopicPartition, int] = {}
+        self._changelog: dict[TopicPartition, int] = {}
         self._open: set[TopicPartition] = set()
 
     def open(self, tp: TopicPartition) -> int:
@@ -65,6 +67,10 @@ class MemoryStore:
     def offset(self, tp: TopicPartition) -> int:
         return self._offsets.get(tp, -1)
 
+    def changelog_offset(self, tp: TopicPartition) -> int:
+        """The changelog offset the partition's store reflects (0: none recorded: replay from the start)."""
+        return self._changelog.get(tp, 0)
+
     def partitions(self) -> list[TopicPartition]:
         return sorted(self._open)
 
@@ -74,8 +80,9 @@ class MemoryStore:
                 return codec.decode(row)
         return None
 
-    def write(self, states: list[LearnerState], offsets: dict[TopicPartition, int]) -> None:
-        """All rows of a partition and its offset, or nothing: build aside, then swap in."""
+    def write(self, states: list[LearnerState], offsets: dict[TopicPartition, int],
+              changelog: dict[TopicPartition, int] | None = None) -> None:
+        """All rows of a partition, its input offset and its changelog checkpoint, or nothing."""
         staged = {}
         for tp, group in _by_partition(states, offsets).items():
             assert tp in self._open, f"partition {tp} is not open in this store"
@@ -86,6 +93,8 @@ class MemoryStore:
             self._rows[tp] = rows
             if tp in offsets:
                 self._offsets[tp] = offsets[tp]
+            if changelog and tp in changelog:
+                self._changelog[tp] = max(self._changelog.get(tp, 0), changelog[tp])
 
     def learners(self, tp: TopicPartition) -> Iterator[LearnerState]:
         return (codec.decode(r) for r in list(self._rows.get(tp, {}).values()))

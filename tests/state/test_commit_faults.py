@@ -108,12 +108,12 @@ class FaultyStore:
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
-    def write(self, states, offsets):
+    def write(self, states, offsets, changelog=None):
         if self.b.fault == "store-write" and states:
             self.b.countdown -= 1
             if self.b.countdown == 0:  # a crash inside the last partition's transaction, after its rows
-                self.inner.write(states + [_Boom(list(offsets)[-1])], offsets)
-        self.inner.write(states, offsets)
+                self.inner.write(states + [_Boom(list(offsets)[-1])], offsets, changelog)
+        self.inner.write(states, offsets, changelog)
 
 
 class _Boom:
@@ -131,7 +131,7 @@ def start(model, items, concepts, broker, store):
     process = proc.process
     proc.process = lambda recs: (broker.hit("process"), process(recs))[1]
     engine = Engine(Source(broker), Sink(broker), proc, max_batch=9)
-    manager = StateManager(engine, store, lambda tp: list(broker.topics.get((topic, tp[1]), [])),
+    manager = StateManager(engine, store, lambda tp, start: broker.topics.get((topic, tp[1]), [])[start:],
                            lambda tp: broker.committed.get(tp)).attach()
     return engine, manager
 

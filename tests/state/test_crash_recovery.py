@@ -1,10 +1,11 @@
 """Crash recovery on the real embedded broker: the stateful engine killed with SIGKILL mid-stream, restarted.
 
-Small on purpose (3 kills, 3,000 events, 200 learners); bench/crash_recovery.py
-runs the issue's full figure. Properties (connectors.state_chaos.check): every
-input offset has a prediction and nothing else does; repeats are only of the
-same offset with the same probabilities; every learner's stored state equals
-an uninterrupted run's (1e-6).
+Small on purpose (3 kills, 3,000 events, 200 learners; exactly-once: 10 kills,
+2,200 events, 150 learners); bench/crash_recovery.py runs the issue's full
+figure. Properties (connectors.state_chaos.check): every input offset has a
+prediction and nothing else does; repeats are only of the same offset with the
+same probabilities (exactly-once: no repeat at all for a read_committed
+reader); every learner's stored state equals an uninterrupted run's (1e-6).
 """
 
 from __future__ import annotations
@@ -33,6 +34,15 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(broker, tmp_path
     assert result["kills"] == 3
     counts = chaos.check(result)
     assert counts["events"] >= 2500 and counts["learners"] == 200
+
+
+def test_exactly_once_sigkill_ten_times_no_repeated_prediction(broker, tmp_path):
+    work = tmp_path / f"eos-{uuid.uuid4().hex[:6]}"
+    result = chaos.run(work, broker.bootstrap_servers, n_learners=150, mean_length=15, partitions=3, kills=10,
+                       feed_s=50.0, seed=4, timeout_s=300.0, guarantee="exactly-once", pause=(0.5, 2.0))
+    assert result["kills"] == 10
+    counts = chaos.check(result)  # with exactly_once: len(predictions) == len(input offsets)
+    assert counts["duplicates"] == 0 and counts["events"] >= 2000 and counts["learners"] == 150
 
 
 def test_two_instances_one_killed_other_takes_over_then_scale_back(broker, tmp_path):

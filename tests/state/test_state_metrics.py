@@ -28,9 +28,10 @@ def test_checkpoints_sizes_and_restores_are_measured():
     assert value(reg, "ktstream_state_store_bytes", topic="ev", partition="1") == store.nbytes(tp) > 120
     assert value(reg, "ktstream_state_partitions_assigned") == 1
     later = [LearnerState("u0", {"h": torch.zeros(1, 10)}, "v", tp, last_offset=5)]
-    n = restore(store, tp, [_rec(to_changelog(s, "cl")) for s in later], committed=6)
-    m.on_restored(tp, n, 0.01)
+    n, read = restore(store, tp, lambda start: [_rec(to_changelog(s, "cl")) for s in later][start:], committed=6)
+    m.on_restored(tp, n, read, 0.01)
     assert n == 1 and value(reg, "ktstream_state_restored_records_total") == 1
+    assert value(reg, "ktstream_state_restore_read_records_total") == 1 and store.changelog_offset(tp) == 1
     assert torch.equal(store.load("u0").state["h"], torch.zeros(1, 10)) and store.offset(tp) == 6
     store.drop_partitions([tp])
     assert value(reg, "ktstream_state_learners_stored", topic="ev", partition="1") is None

@@ -94,3 +94,23 @@ def test_cache_reloads_evicted_learners_from_the_store(make_store):
     assert "a" not in cache and cache.evictions >= 1
     same(cache.get("a"), learner("a", seed=1))
     assert "a" in cache and s.offset(P0) == 5
+
+
+def test_changelog_checkpoint_is_written_with_the_rows_and_never_goes_back(make_store):
+    s = make_store()
+    s.open(P0)
+    assert s.changelog_offset(P0) == 0  # none recorded: a restore reads from the beginning
+    s.write([learner("a")], {P0: 4}, {P0: 17})
+    assert s.changelog_offset(P0) == 17 and s.changelog_offset(P1) == 0
+    s.write([learner("a", offset=5)], {P0: 6}, {P0: 12})  # an older checkpoint never moves it back
+    s.write([learner("a", offset=6)], {P0: 7})  # no changelog record acknowledged: unchanged
+    assert s.changelog_offset(P0) == 17
+    broken = learner("b", seed=5)
+    broken.state = {"h": "not a tensor"}
+    with pytest.raises(Exception):
+        s.write([broken], {P0: 9}, {P0: 30})  # all or nothing: the checkpoint too
+    assert s.changelog_offset(P0) == 17
+    s.close()
+    s2 = make_store()
+    s2.open(P0)
+    assert s2.changelog_offset(P0) == 17

@@ -78,15 +78,17 @@ class LearnerState:
     def remember(self, record: dict[str, Any], keep: int) -> None:
         """Append an applied event to the raw window (0: keep none).
 
-        The window keeps the open step's records and the last ``keep`` interactions with a response
-        before it, with the prediction requests among them (they shape steps, not the state): enough
-        to rebuild both the state and the state at the open step's start of a model that sees the
-        last ``keep`` interactions.
+        The window keeps the open step's records and at least the last ``keep`` interactions with a
+        response before it, with the prediction requests among them (they shape steps, not the
+        state): enough to rebuild both the state and the state at the open step's start of a model
+        that sees the last ``keep`` interactions. It is trimmed once it is ``keep // 8`` (at least
+        8) records over, so trimming costs O(1) per event on average; a single open step longer
+        than ``2 * keep`` records is cut too (bounded memory beats exactness there).
         """
         if keep <= 0:
             return
         w = self.window + (record,)
-        if len(w) > keep:
+        if len(w) > keep + max(8, keep // 8):
             key = _record_key(record)
             step = len(w) - 1
             while key is not None and step > 0 and _record_key(w[step - 1]) == key:
@@ -96,7 +98,7 @@ class LearnerState:
             while start < step and (excess > 0 or "response" not in w[start]):
                 excess -= "response" in w[start]
                 start += 1
-            w = w[start:]
+            w = w[start:][-2 * keep:]
         self.window = w
 
     def query_state(self, key: tuple[str, Any] | None) -> State:

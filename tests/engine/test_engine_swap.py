@@ -154,3 +154,18 @@ def test_a_stale_state_from_the_store_is_rebuilt_on_its_next_event(kit):
     for out in batch.outputs:
         p = json.loads(out.value)
         assert torch.allclose(torch.tensor(p["probs"]), reference[p["event_id"]], atol=1e-6), p["event_id"]
+
+
+def test_raw_window_keeps_at_least_the_last_interactions_and_stays_bounded():
+    from ktstream.engine.learner import LearnerState
+
+    st = LearnerState("u", {}, "v")
+    for i in range(500):
+        st.remember({"learner_id": "u", "item_id": f"q{i}", "response": i % 2, "event_time": i, "seq": i}, keep=40)
+        answered = [int(r["item_id"][1:]) for r in st.window]
+        assert answered == list(range(max(0, i + 1 - len(answered)), i + 1)), "the most recent, in order"
+        assert min(i + 1, 40) <= len(st.window) <= 48
+    one_step = LearnerState("v", {}, "v")
+    for i in range(500):  # one endless step (same event time): cut at 2 * keep
+        one_step.remember({"learner_id": "v", "item_id": "q", "response": 1, "event_time": 7, "seq": i}, keep=40)
+    assert len(one_step.window) == 80 and one_step.window[-1]["seq"] == 499

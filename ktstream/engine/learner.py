@@ -9,8 +9,9 @@ Besides the model's state (leading dim 1) a learner keeps
 - the last applied event (event time, id, source offset): lateness is judged
   against the latest applied event time, duplicates by source offset;
 - counters and the model version that built the state (a hot swap rebuilds it);
-- the *raw window*: its most recent interactions as plain records (oldest
-  first), from which a hot swap rebuilds the state with new weights
+- the *raw window*: its most recent interactions as compact ``WindowRecord``
+  tuples (oldest first; ids interned, so each record costs about 150 bytes),
+  from which a hot swap rebuilds the state with new weights
   (ktstream.engine.swap; ktstream.finetune.rebuild).
 
 A ``LearnerState`` held by the cache is never mutated: the engine works on a
@@ -20,15 +21,27 @@ A ``LearnerState`` held by the cache is never mutated: the engine works on a
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ktstream.engine.records import TopicPartition
 from ktstream.models.base import State
 
 #: Rough cost of the Python objects around the tensors (dataclass, dict, strings).
 OVERHEAD_BYTES = 400
-#: Rough cost of one raw-window record (a small dict of short strings and ints).
-WINDOW_RECORD_BYTES = 360
+#: Rough cost of one raw-window record (the tuple, its concept tuple, the time and seq ints;
+#: the interned id strings are shared with every other learner).
+WINDOW_RECORD_BYTES = 150
+
+
+class WindowRecord(NamedTuple):
+    """One applied event as the raw window keeps it (what a replay through a model needs)."""
+
+    item_id: str
+    concept_ids: tuple[str, ...]
+    response: int | None  # None: a prediction request
+    event_time_ms: int | None
+    step_id: str | None
+    seq: int  # the learner's event count: ties in event time keep their order
 
 
 def step_key(step_id: str | None, event_time_ms: int | None) -> tuple[str, Any] | None:
@@ -42,8 +55,8 @@ def step_key(step_id: str | None, event_time_ms: int | None) -> tuple[str, Any] 
     return None if event_time_ms is None else ("t", event_time_ms)
 
 
-def _record_key(rec: dict[str, Any]) -> tuple[str, Any] | None:
-    return step_key(rec.get("step_id"), rec.get("event_time"))
+def _record_key(rec: WindowRecord) -> tuple[str, Any] | None:
+    return step_key(rec.step_id, rec.event_time_ms)
 
 
 def state_nbytes(state: State | None) -> int:
@@ -64,7 +77,7 @@ class LearnerState:
     events: int = 0
     responses: int = 0
     late: int = 0
-    window: tuple[dict[str, Any], ...] = ()
+    window: tuple[WindowRecord, ...] = ()
 
     def copy(self) -> "LearnerState":
         """A working copy; tensors are shared (the model's update returns new ones)."""
@@ -75,7 +88,7 @@ class LearnerState:
         return (state_nbytes(self.state) + state_nbytes(self.step_state)
                 + OVERHEAD_BYTES + len(self.learner_id) + WINDOW_RECORD_BYTES * len(self.window))
 
-    def remember(self, record: dict[str, Any], keep: int) -> None:
+    def remember(self, record: WindowRecord, keep: int) -> None:
         """Append an applied event to the raw window (0: keep none).
 
         The window keeps the open step's records and at least the last ``keep`` interactions with a
@@ -93,10 +106,10 @@ class LearnerState:
             step = len(w) - 1
             while key is not None and step > 0 and _record_key(w[step - 1]) == key:
                 step -= 1
-            excess = sum("response" in r for r in w[:step]) - keep
+            excess = sum(r.response is not None for r in w[:step]) - keep
             start = 0
-            while start < step and (excess > 0 or "response" not in w[start]):
-                excess -= "response" in w[start]
+            while start < step and (excess > 0 or w[start].response is None):
+                excess -= w[start].response is not None
                 start += 1
             w = w[start:][-2 * keep:]
         self.window = w

@@ -20,25 +20,32 @@ recurrent models (docs/finetuning.md).
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from ktstream.engine.learner import LearnerState
-from ktstream.engine.runner import ModelRunner
 from ktstream.engine.decode import Decoded
+from ktstream.engine.learner import LearnerState, WindowRecord
+from ktstream.engine.runner import ModelRunner
 from ktstream.finetune.rebuild import rebuild_states
 
 
-def window_record(d: Decoded, seq: int) -> dict[str, Any]:
-    """The raw-window form of an applied event: what ``encode_learner`` needs, nothing more."""
+def window_record(d: Decoded, seq: int) -> WindowRecord:
+    """The raw-window form of an applied event; ids are interned (shared by every learner's window)."""
     e = d.event
-    rec: dict[str, Any] = {"learner_id": e.learner_id, "item_id": e.item_id, "concept_ids": list(e.concept_ids),
-                           "seq": seq}
-    if e.response is not None:
-        rec["response"] = e.response
-    if d.event_time_ms is not None:
-        rec["event_time"] = d.event_time_ms
-    if e.step_id is not None:
-        rec["step_id"] = e.step_id
+    return WindowRecord(sys.intern(e.item_id), tuple(sys.intern(c) for c in e.concept_ids), e.response,
+                        d.event_time_ms, e.step_id, seq)
+
+
+def as_event_record(learner_id: str, r: WindowRecord) -> dict[str, Any]:
+    """A window record as a canonical event record (ktstream.data.histories)."""
+    rec: dict[str, Any] = {"learner_id": learner_id, "item_id": r.item_id, "concept_ids": list(r.concept_ids),
+                           "seq": r.seq}
+    if r.response is not None:
+        rec["response"] = r.response
+    if r.event_time_ms is not None:
+        rec["event_time"] = r.event_time_ms
+    if r.step_id is not None:
+        rec["step_id"] = r.step_id
     return rec
 
 
@@ -46,8 +53,8 @@ def rebuild_learners(runner: ModelRunner, stale: list[LearnerState]) -> list[Lea
     """New-version copies of ``stale`` learners, their states replayed from their raw windows in one batch."""
     if not stale:
         return []
-    rebuilt = rebuild_states(runner.model, {st.learner_id: st.window for st in stale}, runner.items,
-                             runner.concepts)
+    windows = {st.learner_id: [as_event_record(st.learner_id, r) for r in st.window] for st in stale}
+    rebuilt = rebuild_states(runner.model, windows, runner.items, runner.concepts)
     out = []
     for st in stale:
         r = rebuilt[st.learner_id]

@@ -3,8 +3,10 @@
 Never pickle: a store file must be safe to open and readable by another
 version of the code. Tensors (the model state and, when a step is open, the
 state at the step's start) go into one safetensors blob, named ``s.<name>`` and
-``p.<name>``; the learner's raw window (plain records, for rebuilding after a
-model swap) rides in the blob's JSON metadata as ``window``; the bookkeeping (step key, last applied event, counters, model
+``p.<name>``; the learner's raw window (for rebuilding after a model swap)
+rides in the blob's JSON metadata as ``window``, a list of
+``[item_id, concept_ids, response, event_time_ms, step_id, seq]``; the
+bookkeeping (step key, last applied event, counters, model
 version) is returned as a dict of plain values for the store's columns.
 
 ``fp16=True`` halves the bytes of float32 tensors (compact stores for many
@@ -22,13 +24,13 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from ktstream.engine.learner import LearnerState
+from ktstream.engine.learner import LearnerState, WindowRecord
 
 _HALF = "h."  # name prefix of a float32 tensor stored as float16
 
 
 def encode_tensors(state: dict[str, torch.Tensor], step_state: dict[str, torch.Tensor] | None,
-                   fp16: bool = False, window: tuple[dict[str, Any], ...] = ()) -> bytes:
+                   fp16: bool = False, window: tuple[WindowRecord, ...] = ()) -> bytes:
     named: dict[str, torch.Tensor] = {}
     for prefix, d in (("s.", state), ("p.", step_state or {})):
         for name, t in d.items():
@@ -40,11 +42,12 @@ def encode_tensors(state: dict[str, torch.Tensor], step_state: dict[str, torch.T
     return st_save(named, metadata={"window": json.dumps(list(window), separators=(",", ":"))} if window else None)
 
 
-def decode_window(blob: bytes) -> tuple[dict[str, Any], ...]:
+def decode_window(blob: bytes) -> tuple[WindowRecord, ...]:
     """The raw window from the blob's metadata (safetensors: 8-byte little-endian header size, JSON header)."""
     (size,) = struct.unpack("<Q", blob[:8])
     meta = json.loads(blob[8:8 + size]).get("__metadata__") or {}
-    return tuple(json.loads(meta["window"])) if "window" in meta else ()
+    rows = json.loads(meta["window"]) if "window" in meta else []
+    return tuple(WindowRecord(item, tuple(concepts), *rest) for item, concepts, *rest in rows)
 
 
 def decode_tensors(blob: bytes) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:

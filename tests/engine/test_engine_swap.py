@@ -116,12 +116,13 @@ def test_raw_window_is_bounded_and_survives_the_store_codec(kit):
         st = engine.cache.peek(lid)
         mine = [r for r in recs if r["learner_id"] == lid]
         answered = [r for r in mine if r.get("response") is not None]
-        assert len(mine) > 10 and 5 <= len([w for w in st.window if "response" in w]) < len(answered)
-        assert [w["item_id"] for w in st.window] == [r["item_id"] for r in mine][-len(st.window):]
-        assert [w.get("response") for w in st.window] == [r.get("response") for r in mine][-len(st.window):]
-        assert "response" in st.window[0], "no request before the oldest kept interaction"
+        assert len(mine) > 10 and 5 <= len([w for w in st.window if w.response is not None]) < len(answered)
+        assert [w.item_id for w in st.window] == [r["item_id"] for r in mine][-len(st.window):]
+        assert [w.response for w in st.window] == [r.get("response") for r in mine][-len(st.window):]
+        assert [list(w.concept_ids) for w in st.window] == [r["concept_ids"] for r in mine][-len(st.window):]
+        assert st.window[0].response is not None, "no request before the oldest kept interaction"
         back = decode(encode(st))
-        assert back.window == st.window and json.dumps(back.window)  # plain JSON values
+        assert back.window == st.window and [type(w) for w in back.window] == [type(w) for w in st.window]
 
 
 def test_a_stale_state_from_the_store_is_rebuilt_on_its_next_event(kit):
@@ -157,15 +158,15 @@ def test_a_stale_state_from_the_store_is_rebuilt_on_its_next_event(kit):
 
 
 def test_raw_window_keeps_at_least_the_last_interactions_and_stays_bounded():
-    from ktstream.engine.learner import LearnerState
+    from ktstream.engine.learner import LearnerState, WindowRecord
 
     st = LearnerState("u", {}, "v")
     for i in range(500):
-        st.remember({"learner_id": "u", "item_id": f"q{i}", "response": i % 2, "event_time": i, "seq": i}, keep=40)
-        answered = [int(r["item_id"][1:]) for r in st.window]
+        st.remember(WindowRecord(f"q{i}", ("c",), i % 2, i, None, i), keep=40)
+        answered = [int(r.item_id[1:]) for r in st.window]
         assert answered == list(range(max(0, i + 1 - len(answered)), i + 1)), "the most recent, in order"
         assert min(i + 1, 40) <= len(st.window) <= 48
     one_step = LearnerState("v", {}, "v")
     for i in range(500):  # one endless step (same event time): cut at 2 * keep
-        one_step.remember({"learner_id": "v", "item_id": "q", "response": 1, "event_time": 7, "seq": i}, keep=40)
-    assert len(one_step.window) == 80 and one_step.window[-1]["seq"] == 499
+        one_step.remember(WindowRecord("q", ("c",), 1, 7, None, i), keep=40)
+    assert len(one_step.window) == 80 and one_step.window[-1].seq == 499

@@ -56,9 +56,15 @@ def test_swap_under_live_traffic(broker, kit, tmp_path):
     service = Service(s, serving, KafkaSource(s.kafka, max_poll_records=32), KafkaSink(s.kafka))
     service.start(until=lambda: service.metrics.totals["consumed"] >= len(recs))
 
+    promoted = threading.Event()
+
     def produce() -> None:
+        """Paced publishing throughout; the last 40% only once version 2 is in the registry, so the swap
+        always lands while traffic is still flowing (however fast the engine drains the first part)."""
         sink = KafkaSink(s.kafka)
         for i in range(0, len(recs), 10):
+            if i >= 0.6 * len(recs):
+                promoted.wait(60)
             sink.send([Output(t.events, r["learner_id"].encode(), json.dumps(r).encode()) for r in recs[i:i + 10]])
             sink.flush(30)
             time.sleep(0.03)
@@ -74,6 +80,7 @@ def test_swap_under_live_traffic(broker, kit, tmp_path):
         if promoted_at is None and len(got) >= len(recs) // 3:
             promoted_at = len(got)
             registry.publish(*models["v000002"], {"note": "second"})
+            promoted.set()
     deadline = time.monotonic() + 1.5
     while time.monotonic() < deadline:  # anything beyond one prediction per event?
         got.extend(reader.poll(0.2, 1000))

@@ -52,7 +52,14 @@ def test_every_rule_is_explained_by_a_comment():
 
 def test_restore_rule_waits_for_its_metric():
     text = (PROM / "rules.yml").read_text()
-    assert "# - alert: KTStreamRestoreSlow" in text and "ktstream_restore_duration_seconds" in text
+    assert "# - alert: KTStreamRestoreSlow" in text and "ktstream_state_restore_seconds_bucket" in text
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from ktstream.state.metrics import StateMetrics  # the series the rule reads exists
+
+    registry = CollectorRegistry()
+    StateMetrics(registry)
+    assert "ktstream_state_restore_seconds_bucket" in generate_latest(registry).decode()
 
 
 @needs_promtool

@@ -29,6 +29,7 @@ from ktstream.engine.records import Record
 from ktstream.engine.service import build_engine
 from ktstream.state import SqliteStore
 from ktstream.state.changelog import changelog_topic
+from tests.state.test_commit_faults import Source as AtLeastOnceSource
 from tests.state.test_store_engine import setup
 
 STEPS = ["process", "begin", "send", "send-offsets", "commit-transaction", "store-write"]
@@ -59,33 +60,11 @@ class Broker:
         return [r for r, t in self.log.get((topic, part), []) if r.offset >= start and self.status[t] == "commit"]
 
 
-class Source:
-    def __init__(self, broker):
-        self.b, self.pos, self.announced = broker, None, False
-        self.on_assigned = self.on_revoked = self.on_lost = lambda p: None
-
-    def poll(self, timeout_s, max_records):
-        tps = sorted({r.tp for r in self.b.inputs})
-        if not self.announced:
-            self.announced = True
-            self.on_assigned(tps)
-            self.pos = {tp: self.b.committed.get(tp, 0) for tp in tps}
-        out = [r for r in self.b.inputs if r.offset >= self.pos[r.tp]][:max_records]
-        for r in out:
-            self.pos[r.tp] = max(self.pos[r.tp], r.offset + 1)
-        return out
+class Source(AtLeastOnceSource):
+    """The at-least-once tests' fake consumer, reading through transactions."""
 
     def commit(self, offsets):
         raise AssertionError("exactly-once never commits offsets outside a transaction")
-
-    def seek(self, offsets):
-        self.pos.update(offsets)
-
-    def assignment(self):
-        return set(self.pos or ())
-
-    def lag(self):
-        return {}
 
     def committed(self, tp):
         return self.b.committed.get(tp)
@@ -96,9 +75,6 @@ class Source:
     def read_partition(self, topic, part, start=0):
         self.b.reads.append(len(self.b.read_committed(topic, part, start)))
         return self.b.read_committed(topic, part, start)
-
-    def close(self):
-        pass
 
 
 class TxnSink:

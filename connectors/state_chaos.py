@@ -93,6 +93,19 @@ def start(workdir: Path, state_dir: Path, log_name: str) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, env=env)
 
 
+def _settle(kafka, events: str, partitions: int, deadline: float) -> tuple[list, list[dict]]:
+    """The input records, and the predictions once they cover every input offset (or at the deadline)."""
+    records = read_topic(kafka, events, partitions)
+    want = {(r.partition, r.offset) for r in records}
+    got: list[dict] = []
+    while time.monotonic() < deadline:
+        got = predictions(kafka, partitions)
+        if {(p["source"]["partition"], p["source"]["offset"]) for p in got} >= want:
+            break
+        time.sleep(2.0)
+    return records, got
+
+
 def _restores(workdir: Path, log_name: str = "engine.log") -> int:
     """Assignments the engine processes have logged so far (one line per restored partition)."""
     path = workdir / log_name
@@ -157,14 +170,7 @@ def run(workdir: Path, bootstrap: str, n_learners=200, mean_length=15, partition
             killed += 1
             proc = start(workdir, workdir / "state", "engine.log")
         feeder.join(max(1.0, deadline - time.monotonic()))
-        records = read_topic(s.kafka, t.events, partitions)
-        want = {(r.partition, r.offset) for r in records}
-        got: list[dict] = []
-        while time.monotonic() < deadline:
-            got = predictions(s.kafka, partitions)
-            if {(p["source"]["partition"], p["source"]["offset"]) for p in got} >= want:
-                break
-            time.sleep(2.0)
+        records, got = _settle(s.kafka, t.events, partitions, deadline)
     finally:
         proc.terminate()
         try:
@@ -235,14 +241,7 @@ def run_group(workdir: Path, bootstrap: str, n_learners=200, mean_length=15, par
         time.sleep(2.0)
         a = start(workdir, workdir / "state-a", "a.log")  # scale 1 -> 2 again
         feeder.join(max(1.0, deadline - time.monotonic()))
-        records = read_topic(s.kafka, t.events, partitions)
-        want = {(r.partition, r.offset) for r in records}
-        got: list[dict] = []
-        while time.monotonic() < deadline:
-            got = predictions(s.kafka, partitions)
-            if {(p["source"]["partition"], p["source"]["offset"]) for p in got} >= want:
-                break
-            time.sleep(2.0)
+        records, got = _settle(s.kafka, t.events, partitions, deadline)
     finally:
         for proc in (a, b):
             proc.terminate()

@@ -3,10 +3,10 @@
 The engine touches learner state through this one small interface:
 ``get`` (fills from the store on a miss), ``put``, ``evict``, ``apply`` (the
 staged states of a committed micro-batch, in one step), ``bytes`` and
-``len``. A durable store (a later issue: one sqlite / rocksdict database per
-input partition, rebuilt from a compacted changelog topic) plugs in as
-``StateStore`` and is written *before* the cache in ``apply``, so the cache
-never holds state the store has not got.
+``len``. A durable store (ktstream.state: one SQLite database per input
+partition, rebuilt from a changelog topic) plugs in as ``StateStore`` and is
+written *before* the cache in ``apply``, so the cache never holds state the
+store has not got.
 
 Without a store, evicting a learner loses its state (it restarts from the
 model's initial state) and is counted in ``evictions``; size the cache so that
@@ -31,7 +31,7 @@ from ktstream.engine.records import TopicPartition
 
 
 class StateStore(Protocol):
-    """The durable layer under the cache (not part of this issue)."""
+    """The durable layer under the cache (ktstream.state.SqliteStore / MemoryStore)."""
 
     def load(self, learner_id: str) -> LearnerState | None: ...
 

@@ -15,7 +15,8 @@ archive holds events up to C+2H, so the ``Trainer`` picks C = watermark - 2H,
 where the watermark is the newest archived event time minus ``lateness``.
 It runs a cycle when C has moved ``every_ms`` of event time past the last
 cycle's cutoff, or ``every_events`` archived events have arrived since; after
-a restart it resumes from the latest version's recorded cutoff.
+a restart it resumes after the last window tried (the latest version's cutoff, or a later
+rejected candidate's: a rejected window is not retried).
 """
 
 from __future__ import annotations
@@ -85,7 +86,10 @@ class Trainer:
         self.family, self.model_kwargs, self.ft, self.promotion = family, model_kwargs, ft, promotion
         self.metrics = metrics or FinetuneMetrics()
         latest = registry.latest()
-        self.last_cutoff = registry.metrics(latest)["window"]["cutoff_ms"] if latest else None
+        # the last window tried, promoted or rejected: a restart does not retry a rejected window
+        done = [registry.metrics(latest)["window"]["cutoff_ms"]] if latest else []
+        done += [registry.rejected_report(name)["window"]["cutoff_ms"] for name in registry.rejected()]
+        self.last_cutoff = max(done, default=None)
         self.rows_at_last = 0
         if latest:
             self.metrics.version.info({"version": latest})

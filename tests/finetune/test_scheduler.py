@@ -63,7 +63,21 @@ def test_cycles_run_when_due_and_resume_from_the_registry(tmp_path, stream):
     assert f'ktstream_finetune_runs_total{{outcome="{second.outcome}"}} ' in text
     assert 'ktstream_registry_model_info{version="' in text
     restarted = trainer(tmp_path)
-    assert restarted.last_cutoff == reg.metrics(reg.latest())["window"]["cutoff_ms"] and restarted.run_once() is None
+    assert restarted.last_cutoff == second.cutoff_ms and restarted.run_once() is None, \
+        "a restart resumes after the last window tried, promoted or rejected"
+
+
+def test_a_restart_does_not_retry_a_rejected_window(tmp_path, stream):
+    times = np.array([r["event_time"] for r in stream])
+    split = int(np.quantile(times, 0.6))
+    archive(tmp_path / "archive", [r for r in stream if r["event_time"] < split])
+    strict = dict(promotion=fast_promotion(gate=GATE, bootstrap=50, margin=1.0))  # no candidate beats its parent by 1
+    assert trainer(tmp_path, **strict).run_once().outcome == "promoted", "the first version has no parent to beat"
+    archive(tmp_path / "archive", [r for r in stream if r["event_time"] >= split], first_offset=len(times))
+    rejected = trainer(tmp_path, **strict).run_once()
+    assert rejected.outcome == "rejected"
+    restarted = trainer(tmp_path, **strict)
+    assert restarted.last_cutoff == rejected.cutoff_ms and restarted.run_once() is None
 
 
 def test_event_count_trigger(tmp_path, stream):

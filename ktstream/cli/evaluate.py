@@ -49,6 +49,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="model constructor argument, e.g. --model-arg hidden=200")
     p.add_argument("--random-labels", action="store_true", help="replace every response by a coin flip")
     p.add_argument("--epochs", type=int, default=TrainConfig.epochs)
+    p.add_argument("--batch-tokens", type=int, default=TrainConfig.batch_tokens,
+                   help="positions per training batch, padding included (0: --batch-size learners per batch)")
     p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     p.add_argument("--lr", type=float, default=TrainConfig.lr)
     p.add_argument("--patience", type=int, default=TrainConfig.patience)
@@ -107,8 +109,8 @@ def load_benchmark_splits(dataset: str, fold: int, keep_repeated_rows: bool) -> 
 def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
-    cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, patience=args.patience,
-                      chunk=args.chunk, seed=args.seed, device=args.device)
+    cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, batch_tokens=args.batch_tokens, lr=args.lr,
+                      patience=args.patience, chunk=args.chunk, seed=args.seed, device=args.device)
     kwargs = _model_kwargs(args.model_arg)
     started, cpu_started = time.time(), time.process_time()
     if args.protocol == "benchmark":

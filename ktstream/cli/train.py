@@ -28,6 +28,8 @@ def register(sub) -> None:
     p.add_argument("--model", default="dkt")
     p.add_argument("--model-arg", action="append", default=[], metavar="KEY=JSON")
     p.add_argument("--epochs", type=int, default=TrainConfig.epochs)
+    p.add_argument("--batch-tokens", type=int, default=TrainConfig.batch_tokens,
+                   help="positions per training batch, padding included (0: --batch-size learners per batch)")
     p.add_argument("--batch-size", type=int, default=TrainConfig.batch_size)
     p.add_argument("--lr", type=float, default=TrainConfig.lr)
     p.add_argument("--seed", type=int, default=0)
@@ -43,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     model = create(args.model, n_items=len(items), n_concepts=len(concepts),
                    n_categories=n_categories_of(train_recs), **_model_kwargs(args.model_arg))
-    cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, seed=args.seed, device=args.device)
+    cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, batch_tokens=args.batch_tokens, lr=args.lr,
+                      seed=args.seed, device=args.device)
     result = fit(model, encode(train_recs, items, concepts), encode(valid_recs, items, concepts), cfg)
     save_checkpoint(args.out, model.cpu(), items, concepts, args.version or f"{args.model}-{args.train.stem}")
     (args.out / "fit.json").write_text(json.dumps(result.__dict__, indent=2, default=float))

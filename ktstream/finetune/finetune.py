@@ -39,6 +39,7 @@ from ktstream.training.trainer import FitResult, TrainConfig, fit, resolve_devic
 @dataclass
 class FinetuneConfig:
     epochs: int = 3
+    batch_tokens: int = TrainConfig.batch_tokens  # positions per batch (0: batch_size learners)
     batch_size: int = 32
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -53,9 +54,9 @@ class FinetuneConfig:
     progress: bool = True
 
     def train_config(self) -> TrainConfig:
-        return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, weight_decay=self.weight_decay,
-                           patience=self.patience, lr_decay=self.lr_decay, chunk=self.chunk, seed=self.seed,
-                           device=self.device, progress=self.progress)
+        return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, batch_tokens=self.batch_tokens, lr=self.lr,
+                           weight_decay=self.weight_decay, patience=self.patience, lr_decay=self.lr_decay,
+                           chunk=self.chunk, seed=self.seed, device=self.device, progress=self.progress)
 
 
 @dataclass

@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 @dataclass
 class TrainConfig:
     epochs: int = 30
+    #: positions per training batch, padding included: learners of similar length are grouped until
+    #: the next one would pass it, so every optimizer step sees about as many predictions (a batch of
+    #: 32 learners with 3 interactions each would weigh as much as one of 32 with 1,000). 0: batch by
+    #: ``batch_size`` learners instead.
+    batch_tokens: int = 1600
     batch_size: int = 32
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -66,15 +71,31 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _batches(histories: Sequence[LearnerHistory], batch_size: int, rng: np.random.Generator | None
-             ) -> Iterator[list[LearnerHistory]]:
-    """Batches of learners of similar length (less padding); shuffled when rng is given."""
+def _batches(histories: Sequence[LearnerHistory], batch_size: int, rng: np.random.Generator | None,
+             tokens: int = 0) -> list[list[LearnerHistory]]:
+    """Batches of learners of similar length (less padding); shuffled when rng is given.
+
+    With ``tokens`` a batch grows until (learners x longest length) would pass it, otherwise it
+    holds ``batch_size`` learners. A learner longer than ``tokens`` is a batch of its own.
+
+    >>> hs = [[0] * n for n in (3, 3, 3, 3, 10, 20)]  # anything with a length
+    >>> [[len(h) for h in b] for b in _batches(hs, 2, None, tokens=12)]
+    [[3, 3, 3, 3], [10], [20]]
+    """
     order = sorted(range(len(histories)), key=lambda i: len(histories[i]))
-    groups = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    if tokens > 0:
+        groups, current = [], []
+        for i in order:  # ascending length: the newest learner is the longest of its group
+            if current and len(histories[i]) * (len(current) + 1) > tokens:
+                groups.append(current)
+                current = []
+            current.append(i)
+        groups += [current] if current else []
+    else:
+        groups = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     if rng is not None:
         rng.shuffle(groups)
-    for g in groups:
-        yield [histories[i] for i in g]
+    return [[histories[i] for i in g] for g in groups]
 
 
 def _windows(model: KTModel, batch: Histories, chunk: int) -> Iterator[tuple[int, int, int]]:
@@ -175,8 +196,8 @@ def validation_metric(model: KTModel, histories, scored, cfg: TrainConfig, devic
 def _train_epoch(model, opt, train, cfg: TrainConfig, rng, device, desc: str, show: bool) -> tuple[float, int]:
     model.train()
     total, count = 0.0, 0
-    n_batches = math.ceil(len(train) / cfg.batch_size)
-    for hs in tqdm(_batches(train, cfg.batch_size, rng), total=n_batches, disable=not show, desc=desc, leave=False):
+    batches = _batches(train, cfg.batch_size, rng, cfg.batch_tokens)
+    for hs in tqdm(batches, total=len(batches), disable=not show, desc=desc, leave=False):
         batch = collate(hs).to(device)
         loss_sum, n = _loss(model, batch, cfg.chunk)
         if n == 0:

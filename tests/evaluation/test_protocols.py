@@ -7,7 +7,7 @@ from ktstream.evaluation.protocols import benchmark, coin_flip_labels, prequenti
 from ktstream.exceptions import LeakageError
 from ktstream.training.trainer import TrainConfig
 
-CFG = TrainConfig(epochs=2, batch_size=8, lr=1e-2, progress=False)
+CFG = TrainConfig(epochs=2, batch_tokens=240, lr=1e-2, progress=False)  # 8 learners of 30
 TINY = {"dim": 8, "hidden": 8}
 
 
@@ -66,7 +66,7 @@ def test_prequential_time_scores_only_after_cutoff_and_builds_vocab_before_it():
     c1, c0 = int(np.quantile(times, 0.5)), int(np.quantile(times, 0.75))
     late_item = {**records[-1], "event_id": "late", "item_id": "brand-new", "event_time": int(times.max()) + 1,
                  "seq": 99}
-    cfg = TrainConfig(epochs=5, batch_size=8, lr=1e-2, progress=False)  # only ~half the stream is for training
+    cfg = TrainConfig(epochs=5, batch_tokens=240, lr=1e-2, progress=False)  # only ~half the stream is for training
     result = prequential_time("dkt", records + [late_item], c1, c0, cfg, TINY)
     assert result["counts"]["test_interactions"] == int((times >= c0).sum()) + 1
     assert result["counts"]["items"] == len({r["item_id"] for r in records if r["event_time"] < c1})

@@ -24,7 +24,7 @@ def stream():
 
 
 def tiny_finetune(**kw) -> FinetuneConfig:
-    return FinetuneConfig(**{"epochs": 2, "batch_size": 8, "lr": 1e-2, "patience": 2, "segment": 50,
+    return FinetuneConfig(**{"epochs": 2, "batch_tokens": 400, "lr": 1e-2, "patience": 2, "segment": 50,
                              "progress": False, **kw})
 
 

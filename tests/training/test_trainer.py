@@ -25,7 +25,7 @@ def test_fit_learns_and_keeps_best_epoch():
     torch.manual_seed(0)
     model = create("dkt", n_items=20, n_concepts=6, dim=8, hidden=16)
     train, valid, test = skill_learners(60, 0), skill_learners(20, 1), skill_learners(20, 2)
-    result = fit(model, train, valid, TrainConfig(epochs=6, batch_size=16, lr=1e-2, chunk=15, progress=False))
+    result = fit(model, train, valid, TrainConfig(epochs=6, batch_tokens=640, lr=1e-2, chunk=15, progress=False))
     y, p, _ = score(test, predict_histories(model, test))
     assert auc(y, p[:, 1]) > 0.95
     best = max(h["valid_auc"] for h in result.history)
@@ -67,7 +67,7 @@ def test_refit_replays_the_selected_schedule_on_more_data():
     from ktstream.training.trainer import refit
 
     torch.manual_seed(0)
-    cfg = TrainConfig(epochs=5, batch_size=16, lr=1e-2, chunk=15, patience=2, lr_decay=0.5, progress=False)
+    cfg = TrainConfig(epochs=5, batch_tokens=640, lr=1e-2, chunk=15, patience=2, lr_decay=0.5, progress=False)
     train, valid = skill_learners(40, 0), skill_learners(20, 1)
     selected = fit(create("dkt", n_items=20, n_concepts=6, dim=8, hidden=16), train, valid, cfg)
     assert all(h["lr"] <= cfg.lr for h in selected.history)

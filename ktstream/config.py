@@ -43,7 +43,15 @@ class KafkaSettings(_Section):
     session_timeout_ms: int = Field(10_000, ge=1000, description="Tansu's first join takes about half of this")
     auto_offset_reset: Literal["earliest", "latest"] = "earliest"
     isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
-    linger_ms: int = Field(2, ge=0, description="producer batching delay; latency vs throughput")
+    linger_ms: int = Field(100, ge=0, description="producer batching delay. The engine flushes after every "
+                           "micro-batch, so this adds no latency there; it only saves the per-message wake-ups of "
+                           "kafka-python's sender thread (a third of the engine's CPU at 2 ms)")
+    batch_bytes: int = Field(262_144, ge=1024, description="producer record-batch size per partition: one "
+                             "micro-batch's outputs to a partition travel in one batch")
+    fetch_max_wait_ms: int = Field(10, ge=0, description="longest a fetch waits for data. Apache Kafka answers as "
+                                   "soon as data is there; the embedded Tansu broker measured closer to the whole "
+                                   "wait (100 ms: 31 ms median latency at 500 events/s, 10 ms: 8 ms); raise it "
+                                   "on a busy Kafka cluster to cut idle fetch requests")
     security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
     sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER", "GSSAPI"] | None = None
     sasl_username: str | None = None

@@ -43,7 +43,7 @@ def consumer_config(s: KafkaSettings, max_poll_records: int = 1000) -> dict[str,
         "group_id": s.group_id, "enable_auto_commit": False, "auto_offset_reset": s.auto_offset_reset,
         "isolation_level": s.isolation_level, "session_timeout_ms": s.session_timeout_ms,
         "heartbeat_interval_ms": max(s.session_timeout_ms // 3, 100), "max_poll_records": max_poll_records,
-        "partition_assignment_strategy": [ASSIGNORS[s.assignment]], "fetch_max_wait_ms": 100,
+        "partition_assignment_strategy": [ASSIGNORS[s.assignment]], "fetch_max_wait_ms": s.fetch_max_wait_ms,
     }
     return cfg | dict(s.consumer)
 
@@ -51,5 +51,5 @@ def consumer_config(s: KafkaSettings, max_poll_records: int = 1000) -> dict[str,
 def producer_config(s: KafkaSettings) -> dict[str, Any]:
     """Idempotent producer, acks from every in-sync replica."""
     cfg = common_config(s) | {"acks": "all", "enable_idempotence": True, "linger_ms": s.linger_ms,
-                              "max_in_flight_requests_per_connection": 5}
+                              "batch_size": s.batch_bytes, "max_in_flight_requests_per_connection": 5}
     return cfg | dict(s.producer)

@@ -75,3 +75,18 @@ def test_refit_replays_the_selected_schedule_on_more_data():
     test = skill_learners(20, 2)
     y, p, _ = score(test, predict_histories(model, test))
     assert auc(y, p[:, 1]) > 0.95
+
+
+def test_position_batches_stay_within_budget_and_cover_every_learner_once():
+    from ktstream.training.trainer import _batches
+
+    rng = np.random.default_rng(0)
+    lengths = np.concatenate([rng.integers(1, 30, 300), rng.integers(100, 1300, 20)])
+    hs = [[0] * int(n) for n in lengths]
+    batches = _batches(hs, 32, np.random.default_rng(1), tokens=1600)
+    assert sorted(id(h) for b in batches for h in b) == sorted(id(h) for h in hs), "each learner exactly once"
+    for b in batches:
+        padded = len(b) * max(len(h) for h in b)
+        assert padded <= 1600 or len(b) == 1, (len(b), padded)
+    short = [b for b in batches if max(len(h) for h in b) < 30]
+    assert max(len(b) for b in short) > 32, "short learners are grouped by positions, not 32 at a time"

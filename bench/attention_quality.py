@@ -82,6 +82,8 @@ def main() -> None:
     p.add_argument("--model-arg", action="append", default=[], metavar="KEY=JSON")
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--batch-tokens", type=int, default=TrainConfig.batch_tokens,
+                   help="positions per batch (0: --batch-size pieces per batch)")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--piece", type=int, default=200)
     p.add_argument("--out", default=None)
@@ -91,7 +93,8 @@ def main() -> None:
     records = load(args.dataset)
     times = np.array([r["event_time"] for r in records])
     c1, c0 = (int(np.quantile(times, q)) for q in (0.6, 0.8))
-    cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, patience=2, progress=False)
+    cfg = TrainConfig(epochs=args.epochs, batch_size=args.batch_size, batch_tokens=args.batch_tokens, lr=args.lr,
+                      patience=2, progress=False)
     out = {"dataset": args.dataset, "model": args.model, "model_args": kwargs, "train": cfg.__dict__,
            "events": len(records), "select_from_ms": c1, "test_from_ms": c0}
     preds = {}

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ktstream.data.histories import LearnerHistory
+from ktstream.training.trainer import TrainConfig
 
 #: Every check the gate knows, in the order it runs them.
 ALL_CHECKS = ("future_perturbation", "current_label_flip", "batch_independence", "serving_equivalence",
@@ -48,7 +49,8 @@ class GateConfig:
     z: float = 3.29  # two-sided 0.001 false-alarm rate per check
     min_bound: float = 0.02  # floor of the random-label AUC bound
     random_label_epochs: int = 2
-    random_label_batch_size: int = 32
+    random_label_batch_tokens: int = TrainConfig.batch_tokens  # positions per batch (0: by learners)
+    random_label_batch_size: int = 32  # learners per batch when random_label_batch_tokens is 0
     random_label_lr: float = 3e-3
     random_label_chunk: int = 200
     random_label_patience: int | None = None  # early-stopping patience (None: all epochs run)

@@ -71,7 +71,7 @@ def random_label_auc(model: KTModel, train, valid, test, cfg: GateConfig, relabe
     torch.manual_seed(cfg.seed)
     fresh = type(model)(**model.config())
     tc = TrainConfig(epochs=cfg.random_label_epochs, batch_size=cfg.random_label_batch_size,
-                     lr=cfg.random_label_lr, patience=cfg.random_label_patience or cfg.random_label_epochs,
+                     batch_tokens=cfg.random_label_batch_tokens, lr=cfg.random_label_lr, patience=cfg.random_label_patience or cfg.random_label_epochs,
                      chunk=cfg.random_label_chunk,
                      seed=cfg.seed, device=cfg.device, progress=False)
     result = fit(fresh, train_r, valid_r, tc)

@@ -10,9 +10,12 @@ from __future__ import annotations
 from collections import Counter as Tally, deque
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+import numpy as np
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
 from ktstream.engine.quality import OnlineQuality
+from ktstream.histogram import BatchHistogram
 
 if TYPE_CHECKING:
     from ktstream.engine.processor import Batch
@@ -50,14 +53,13 @@ class EngineMetrics:
         self.rebuilt = Counter("ktstream_states_rebuilt", "Learner states rebuilt with new weights after a swap "
                                "(lazy: on the learner's next event; background: between micro-batches).",
                                ["mode"], registry=r)
-        self.processing = Histogram("ktstream_processing_latency_seconds", "Poll return to sink flushed, per event.",
-                                    buckets=LATENCY_BUCKETS, registry=r)
-        self.end_to_end = Histogram("ktstream_end_to_end_latency_seconds", "Event time to prediction produced.",
-                                    buckets=END_TO_END_BUCKETS, registry=r)
-        self.batch_size = Histogram("ktstream_batch_size_events", "Records per micro-batch.",
-                                    buckets=BATCH_BUCKETS, registry=r)
-        self.wave_size = Histogram("ktstream_wave_size_learners", "Learners per model call (wave).",
-                                   buckets=WAVE_BUCKETS, registry=r)
+        self.processing = BatchHistogram("ktstream_processing_latency_seconds",
+                                         "Poll return to sink flushed, per event.", LATENCY_BUCKETS, r)
+        self.end_to_end = BatchHistogram("ktstream_end_to_end_latency_seconds",
+                                         "Event time to prediction produced.", END_TO_END_BUCKETS, r)
+        self.batch_size = BatchHistogram("ktstream_batch_size_events", "Records per micro-batch.", BATCH_BUCKETS, r)
+        self.wave_size = BatchHistogram("ktstream_wave_size_learners", "Learners per model call (wave).",
+                                        WAVE_BUCKETS, r)
         self.lag = Gauge("ktstream_consumer_lag_records", "Fetcher high-watermark minus position.",
                          ["topic", "partition"], registry=r)
         self.cached = Gauge("ktstream_learners_cached", "Learner states in the hot cache.", registry=r)
@@ -112,15 +114,13 @@ class EngineMetrics:
         self.late.labels("dead_lettered").inc(batch.dead_letters.get("late", 0))
         self.duplicates.inc(batch.duplicates)
         self.batch_size.observe(batch.records)
-        for n in batch.wave_sizes:
-            self.wave_size.observe(n)
+        self.wave_size.observe_many(batch.wave_sizes)
         processing = max(flushed_ms - batch.received_ms, 0) / 1000.0
-        for _ in range(batch.predictions):
-            self.processing.observe(processing)
+        self.processing.observe(processing, times=batch.predictions)
         self.recent_processing.extend([processing] * min(batch.predictions, 1000))
-        for ms in batch.end_to_end_ms:
-            self.end_to_end.observe(ms / 1000.0)
-        self.recent_end_to_end.extend(ms / 1000.0 for ms in batch.end_to_end_ms)
+        end_to_end = np.asarray(batch.end_to_end_ms, dtype=np.float64) / 1000.0
+        self.end_to_end.observe_many(end_to_end)
+        self.recent_end_to_end.extend(end_to_end.tolist())
         self._quality(batch.outcomes)
 
     def _quality(self, outcomes: list[tuple[float, int]]) -> None:

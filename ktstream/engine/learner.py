@@ -20,7 +20,7 @@ A ``LearnerState`` held by the cache is never mutated: the engine works on a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from ktstream.engine.records import TopicPartition
@@ -60,7 +60,7 @@ def _record_key(rec: WindowRecord) -> tuple[str, Any] | None:
 
 
 def state_nbytes(state: State | None) -> int:
-    return 0 if state is None else sum(t.numel() * t.element_size() for t in state.values())
+    return 0 if state is None else sum(t.nbytes for t in state.values())
 
 
 @dataclass(slots=True)
@@ -81,7 +81,9 @@ class LearnerState:
 
     def copy(self) -> "LearnerState":
         """A working copy; tensors are shared (the model's update returns new ones)."""
-        return replace(self)
+        return LearnerState(self.learner_id, self.state, self.model_version, self.partition, self.step_key,
+                            self.step_state, self.last_event_time_ms, self.last_event_id, self.last_offset,
+                            self.events, self.responses, self.late, self.window)
 
     @property
     def nbytes(self) -> int:

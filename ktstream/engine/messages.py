@@ -10,9 +10,9 @@ the expected score for ordinal ones, and what the model's ``describe`` adds
 from __future__ import annotations
 
 import base64
-import json
 import time
 
+import orjson
 import torch
 
 from ktstream.engine.decode import Decoded, Rejected
@@ -105,4 +105,4 @@ def prediction(topic: str, d: Decoded, model_name: str, version: str, probs: lis
     if d.event_time_ms is not None:
         msg["event_time"] = d.event_time_ms
     msg.update(late=late, received_at_ms=received_ms, produced_at_ms=produced)
-    return Output(topic, e.learner_id.encode(), json.dumps(msg, separators=(",", ":")).encode()), produced
+    return Output(topic, e.learner_id.encode(), orjson.dumps(msg)), produced

@@ -11,7 +11,7 @@ read, so committing ``{("events", 0): 42}`` means records 0..41 are done.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
 TopicPartition = tuple[str, int]
@@ -29,10 +29,10 @@ class Record:
     value: bytes | None
     timestamp_ms: int | None = None
     headers: tuple[tuple[str, bytes], ...] = ()
+    tp: TopicPartition = field(init=False, repr=False, compare=False)  # (topic, partition), made once
 
-    @property
-    def tp(self) -> TopicPartition:
-        return (self.topic, self.partition)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tp", (self.topic, self.partition))
 
 
 @dataclass(frozen=True, slots=True)

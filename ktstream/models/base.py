@@ -91,15 +91,18 @@ class KTModel(nn.Module):
         raise NotImplementedError
 
 
-def stack_states(states: list[State]) -> State:
-    """Per-learner states (leading dim 1) -> one batched state."""
-    return {k: torch.cat([s[k] for s in states]) for k in states[0]}
+def stack_states(states: list[State], out: State | None = None) -> State:
+    """Per-learner states (leading dim 1) -> one batched state, written into ``out`` when given
+    (tensors of exactly the batched shapes, e.g. a reused buffer: see ktstream.engine.runner)."""
+    if out is None:
+        return {k: torch.cat([s[k] for s in states]) for k in states[0]}
+    return {k: torch.cat([s[k] for s in states], out=out[k]) for k in states[0]}
 
 
 def split_state(state: State) -> list[State]:
     """Batched state -> per-learner states (leading dim 1, cloned so they own their memory)."""
-    n = next(iter(state.values())).shape[0]
-    return [{k: v[i : i + 1].clone() for k, v in state.items()} for i in range(n)]
+    columns = {k: [row.clone() for row in v.split(1)] for k, v in state.items()}  # one split per key
+    return [dict(zip(columns, rows)) for rows in zip(*columns.values())]
 
 
 def select_state(state: State, rows: torch.Tensor) -> State:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -28,6 +30,19 @@ def test_lru_eviction_by_bytes():
     cache.put(learner("a", floats=400))  # replacing an entry updates the byte count
     assert cache.bytes <= 3 * size + 1200 and "a" in cache
     assert cache.evict("a") is not None and "a" not in cache
+
+
+def test_working_copy_carries_every_field_and_shares_no_mutable_state():
+    values = {"learner_id": "a", "state": {"h": torch.ones(1, 2)}, "model_version": "v7", "partition": ("ev", 3),
+              "step_key": ("t", 5), "step_state": {"h": torch.zeros(1, 2)}, "last_event_time_ms": 5,
+              "last_event_id": "e9", "last_offset": 41, "events": 9, "responses": 8, "late": 1,
+              "window": (("q", (), 1, 5, None, 8),)}
+    assert set(values) == {f.name for f in dataclasses.fields(LearnerState)}, "new field: give it a value here"
+    original = LearnerState(**values)
+    work = original.copy()
+    assert {f: getattr(work, f) for f in values} == values and work is not original
+    work.applied({"h": torch.full((1, 2), 3.0)}, ("ev", 3), 42, "e10", 6, False)
+    assert original.last_offset == 41 and original.events == 9 and torch.equal(original.state["h"], torch.ones(1, 2))
 
 
 def test_evict_partitions_drops_only_their_learners():

@@ -18,6 +18,7 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 
+from connectors.kafka.partitioner import CachedKeyPartitioner
 from ktstream.config import KafkaSettings
 
 ASSIGNORS = {"cooperative-sticky": CooperativeStickyAssignor, "range": RangePartitionAssignor,
@@ -49,7 +50,8 @@ def consumer_config(s: KafkaSettings, max_poll_records: int = 1000) -> dict[str,
 
 
 def producer_config(s: KafkaSettings) -> dict[str, Any]:
-    """Idempotent producer, acks from every in-sync replica."""
+    """Idempotent producer, acks from every in-sync replica, key hashes remembered (same partitions)."""
     cfg = common_config(s) | {"acks": "all", "enable_idempotence": True, "linger_ms": s.linger_ms,
-                              "batch_size": s.batch_bytes, "max_in_flight_requests_per_connection": 5}
+                              "batch_size": s.batch_bytes, "max_in_flight_requests_per_connection": 5,
+                              "partitioner": CachedKeyPartitioner()}
     return cfg | dict(s.producer)

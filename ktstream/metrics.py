@@ -124,24 +124,17 @@ class EngineMetrics:
         self._quality(batch.outcomes)
 
     def _quality(self, outcomes: list[tuple[float, int]]) -> None:
-        n = [0] * len(self.bins)
-        correct = [0] * len(self.bins)
-        psum = [0.0] * len(self.bins)
-        for p, y in outcomes:
-            i = self.quality.bin_of(p)
-            n[i] += 1
-            correct[i] += int(y == 1)
-            psum[i] += p
-            if self.quality.update(p, y):
-                self.drift.inc()
-        for i, b in enumerate(self.bins):
-            if n[i]:
-                self.cal_n.labels(b).inc(n[i])
-                self.cal_correct.labels(b).inc(correct[i])
-                self.cal_p.labels(b).inc(psum[i])
-        if outcomes:
-            self.auc.set(self.quality.auc())
-            self.log_loss.set(self.quality.log_loss())
+        if not outcomes:
+            return
+        p, y = zip(*outcomes)
+        q = self.quality.update_many(p, y)
+        self.drift.inc(q.drift_alarms)
+        for i in np.flatnonzero(q.n).tolist():
+            self.cal_n.labels(self.bins[i]).inc(int(q.n[i]))
+            self.cal_correct.labels(self.bins[i]).inc(float(q.correct[i]))
+            self.cal_p.labels(self.bins[i]).inc(float(q.p_sum[i]))
+        self.auc.set(self.quality.auc())
+        self.log_loss.set(self.quality.log_loss())
 
     def observe_state(self, learners: int, nbytes: int, evictions: int, lag: dict[tuple[str, int], int]) -> None:
         """Gauges sampled by the engine loop: cache size and per-partition lag."""

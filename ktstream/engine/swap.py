@@ -32,7 +32,7 @@ from ktstream.finetune.rebuild import rebuild_states
 def window_record(d: Decoded, seq: int) -> WindowRecord:
     """The raw-window form of an applied event; ids are interned (shared by every learner's window)."""
     e = d.event
-    return WindowRecord(sys.intern(e.item_id), tuple(sys.intern(c) for c in e.concept_ids), e.response,
+    return WindowRecord(sys.intern(e.item_id), tuple(map(sys.intern, e.concept_ids)), e.response,
                         d.event_time_ms, e.step_id, seq)
 
 

@@ -48,6 +48,32 @@ def test_quality_auc_matches_sklearn_on_a_window():
     assert abs(q.auc() - roc_auc_score(y[-100:], p[-100:])) < 1e-9
 
 
+def test_quality_batches_equal_river_one_at_a_time():
+    """update_many over uneven micro-batches == river's rolling metrics fed one outcome at a time."""
+    import numpy as np
+    from river import drift, metrics, utils
+
+    from ktstream.engine.quality import OnlineQuality
+
+    rng = np.random.default_rng(1)
+    p = np.concatenate([rng.random(1500) * 0.5, 0.5 + rng.random(1500) * 0.5])  # a shift ADWIN should flag
+    y = (rng.random(3000) < np.r_[p[:1500], 1 - p[1500:]]).astype(int)
+    q = OnlineQuality(window=500, bins=10)
+    auc, loss, adwin = metrics.RollingROCAUC(window_size=500), utils.Rolling(metrics.LogLoss, window_size=500), \
+        drift.ADWIN(delta=0.002)
+    alarms, counts = 0, np.zeros(10)
+    for i in range(0, 3000, 173):
+        counts += q.update_many(p[i : i + 173], y[i : i + 173]).n
+    for pi, yi in zip(p.tolist(), y.tolist()):
+        auc.update(yi == 1, pi)
+        loss.update(yi == 1, pi)
+        adwin.update(abs(yi - pi))
+        alarms += adwin.drift_detected
+    assert q.auc() == auc.get() and abs(q.log_loss() - loss.get()) < 1e-12
+    assert q.drift_alarms == alarms > 0
+    assert counts.tolist() == np.bincount(np.minimum((p * 10).astype(int), 9), minlength=10).tolist()
+
+
 def test_replay_order_keeps_each_learner_in_event_time_order(kit):
     recs = kit.stream(n_learners=10, mean_length=8, seed=1)
     shuffled = list(reversed(recs))

@@ -28,6 +28,40 @@ def test_engine_matches_offline_replay(name, max_batch, kit):
     assert not kit.outputs(sink, kit.DEAD)
 
 
+@pytest.mark.parametrize("name", names())
+def test_chunked_waves_give_the_same_messages(name, kit, monkeypatch):
+    """Waves run in chunks stacked into reused buffers (ktstream.engine.runner): chunks of one and of
+    three learners give the messages of unchunked waves (probabilities, ability, mastery, extras), so
+    nothing a chunk returns aliases a buffer the next chunk overwrites."""
+    import ktstream.engine.runner as runner
+
+    recs = kit.stream(n_learners=12, mean_length=12, seed=6)
+    items, concepts = kit.build_vocabularies(recs)
+    model = kit.tiny_model(name, items, concepts)
+    per_learner = sum(t.nbytes for t in model.init_state(1).values())
+    messages = {}
+    for chunk in (None, 1, 3):
+        if chunk is not None:
+            monkeypatch.setattr(runner, "STACK_BYTES", chunk * per_learner)
+        engine, source, sink = kit.memory_engine(model, items, concepts, kit.as_records(recs), max_batch=64)
+        kit.drain(engine, source)
+        messages[chunk] = {p["event_id"]: {k: v for k, v in p.items() if not k.endswith("_at_ms")}
+                           for p in kit.outputs(sink, kit.PREDICTIONS)}
+    assert len(messages[None]) == len(recs)
+    assert close(messages[1], messages[None]) and close(messages[3], messages[None])
+
+
+def close(a, b, atol: float = 1e-6) -> bool:
+    """Equal JSON values, numbers within ``atol`` (batched kernels may round differently by batch size)."""
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(close(a[k], b[k], atol) for k in a)
+    if isinstance(a, list):
+        return isinstance(b, list) and len(a) == len(b) and all(close(x, y, atol) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, (int, float)):
+        return abs(a - b) <= atol
+    return a == b
+
+
 def test_predictions_keep_per_learner_order(kit):
     recs = kit.stream(n_learners=20, mean_length=10, seed=5)
     items, concepts = kit.build_vocabularies(recs)

@@ -48,6 +48,7 @@ class StateCache:
         self.max_bytes = max_bytes
         self.store = store
         self._entries: OrderedDict[str, LearnerState] = OrderedDict()
+        self._sizes: dict[str, int] = {}  # each entry's bytes when it was put (cached states are never mutated)
         self._bytes = 0
         self.evictions = 0
         self.misses = 0
@@ -69,27 +70,28 @@ class StateCache:
 
     def replace(self, st: LearnerState) -> None:
         """Swap in a new state for a cached learner, keeping its place in the LRU order."""
-        old = self._entries.get(st.learner_id)
-        if old is None:
+        if st.learner_id not in self._entries:
             return
         self._entries[st.learner_id] = st
-        self._bytes += st.nbytes - old.nbytes
+        size = st.nbytes
+        self._bytes += size - self._sizes[st.learner_id]
+        self._sizes[st.learner_id] = size
 
     def put(self, st: LearnerState) -> None:
-        old = self._entries.pop(st.learner_id, None)
-        if old is not None:
-            self._bytes -= old.nbytes
+        if self._entries.pop(st.learner_id, None) is not None:
+            self._bytes -= self._sizes[st.learner_id]
         self._entries[st.learner_id] = st
-        self._bytes += st.nbytes
+        size = self._sizes[st.learner_id] = st.nbytes
+        self._bytes += size
         while self._bytes > self.max_bytes and len(self._entries) > 1:
-            _, victim = self._entries.popitem(last=False)
-            self._bytes -= victim.nbytes
+            victim, _ = self._entries.popitem(last=False)
+            self._bytes -= self._sizes.pop(victim)
             self.evictions += 1
 
     def evict(self, learner_id: str) -> LearnerState | None:
         st = self._entries.pop(learner_id, None)
         if st is not None:
-            self._bytes -= st.nbytes
+            self._bytes -= self._sizes.pop(learner_id)
         return st
 
     def evict_partitions(self, partitions: Iterable[TopicPartition]) -> int:

@@ -23,12 +23,13 @@ from typing import Iterable, Sequence
 import numpy as np
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
 
 
 class BatchHistogram:
     def __init__(self, name: str, documentation: str, buckets: Sequence[float],
                  registry: CollectorRegistry | None = None):
-        bounds = [float(b) for b in buckets]
+        bounds = [float(b) for b in buckets if float(b) != float("inf")]  # +Inf is always added
         assert bounds == sorted(bounds) and len(set(bounds)) == len(bounds), f"buckets must increase: {buckets}"
         self.name, self.documentation = name, documentation
         self._bounds = np.array(bounds)
@@ -65,16 +66,10 @@ class BatchHistogram:
         with self._lock:
             cumulative, total = np.cumsum(self._counts).tolist(), self._sum
         family = HistogramMetricFamily(self.name, self.documentation)
-        les = [_le(b) for b in self._bounds.tolist()] + ["+Inf"]
+        les = [floatToGoString(b) for b in self._bounds.tolist()] + ["+Inf"]  # as prometheus_client writes them
         family.add_metric([], list(zip(les, cumulative)), total)
         return [family]
 
     def describe(self):
         return [HistogramMetricFamily(self.name, self.documentation)]
 
-
-def _le(bound: float) -> str:
-    """The ``le`` label as prometheus_client writes it (``floatToGoString``: 0.005, 1.0, 300.0)."""
-    from prometheus_client.utils import floatToGoString
-
-    return floatToGoString(bound)

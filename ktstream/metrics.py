@@ -11,7 +11,6 @@ from collections import Counter as Tally, deque
 from typing import TYPE_CHECKING
 
 import numpy as np
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
 
 from ktstream.engine.quality import OnlineQuality

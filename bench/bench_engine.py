@@ -18,13 +18,13 @@ their default sizes on the same records.
    time -> prediction produced, and the throughput achieved. Every latency run
    has a process and a broker of its own: Tansu keeps every topic in memory,
    and after the throughput runs (in the same process, on the same broker)
-   passthrough's p99 at 5,000 ev/s was 34-216 ms instead of 19-30 ms.
+   passthrough's p99 at 5,000 ev/s was 34-216 ms instead of 19-40 ms.
    Configurations run round-robin --latency-repeat times; the median p50/p99
    and the range of p99 are reported, leaving out the first second of offered
    events (the publisher's producer bootstrapping and the new consumer's first
    fetches; the p99 with them is printed beside it).
 
-    python bench/bench_engine.py                      # about 7 minutes on 2 shared cores
+    python bench/bench_engine.py                      # about 12 minutes on 2 shared cores
     python bench/bench_engine.py --events 5000 --seconds 3 --repeat 1 --latency-repeat 1   # smoke run
 """
 
@@ -201,7 +201,7 @@ def main() -> None:
                   f"CPU ratio {base_cpu / c:5.2f}  (~{1e6 / c:5.0f} ev/s per busy core)")
     for rate in rates_offered:
         live = live_all[: int(rate * args.seconds)]
-        runs = {c: [] for c in configs}  # (p50, p99, max, achieved) per repeat
+        runs = {c: [] for c in configs}  # (p50, p99, max, achieved, p99 with warm-up) per repeat
         for r in range(args.latency_repeat):
             for cfg in configs:
                 runs[cfg].append(latency_run(cfg, model_spec, live, rate, args.latency_max_batch))
@@ -222,9 +222,9 @@ def main() -> None:
 def latency_run(cfg: str, model_spec: tuple, live: list, rate: float, max_batch: int) -> tuple[float, ...]:
     """One configuration at one offered rate, in a process of its own on a fresh broker.
 
-    Returns p50, p99, max (ms) after the warm-up, the events/s achieved, and p99 over every event. A fresh process keeps what the
-    throughput runs left behind (a heap of dead learner states, a fuller garbage collector)
-    out of the latency figures.
+    Returns p50, p99, max (ms) after the warm-up, the events/s achieved, and p99 over every
+    event. A fresh process keeps what the throughput runs left behind (a heap of dead learner
+    states, a fuller garbage collector) out of the latency figures.
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

@@ -72,4 +72,3 @@ class BatchHistogram:
 
     def describe(self):
         return [HistogramMetricFamily(self.name, self.documentation)]
-

@@ -58,11 +58,12 @@ class OnlineQuality:
 
     def update_many(self, p_correct, responses) -> BatchQuality:
         """Add a batch of outcomes in order (response 1 = correct)."""
-        p = np.clip(np.asarray(p_correct, dtype=np.float64), EPS, 1 - EPS)
+        raw = np.asarray(p_correct, dtype=np.float64)
+        p = np.clip(raw, EPS, 1 - EPS)
         y = np.asarray(responses) == 1
-        bins = np.minimum((np.asarray(p_correct, dtype=np.float64) * self.bins).astype(np.int64), self.bins - 1)
+        bins = np.minimum((raw * self.bins).astype(np.int64), self.bins - 1)  # bin_of, for the whole batch
         out = BatchQuality(np.bincount(bins, minlength=self.bins), np.bincount(bins, weights=y, minlength=self.bins),
-                           np.bincount(bins, weights=p_correct, minlength=self.bins), 0)
+                           np.bincount(bins, weights=raw, minlength=self.bins), 0)
         for pi, yi in zip(p.tolist(), y.tolist()):
             self._auc.update(yi, pi)
             self._drift.update(abs(float(yi) - pi))

@@ -148,7 +148,7 @@ def offered(bootstrap: str, topic: str, records: list, rate: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--events", type=int, default=20_000)
-    ap.add_argument("--rates", default="5000,500", help="offered rates (events/s) of the latency runs")
+    ap.add_argument("--rates", default="5000,500", help="offered rates (events/s) of the latency runs ('': none)")
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--max-batch", type=int, default=1000)
@@ -161,8 +161,8 @@ def main() -> None:
     torch.set_num_threads(1)
     world = dict(start_spread_ms=60_000, mean_gap_ms=30_000, mean_length=10)
     load = replay_order(simulate(n_learners=max(args.events // 10, 10), seed=1, **world))[: args.events]
-    rates_offered = [float(r) for r in args.rates.split(",")]
-    top = max(rates_offered)
+    rates_offered = [float(r) for r in args.rates.split(",") if r]
+    top = max(rates_offered, default=0.0)
     live_all = replay_order(simulate(n_learners=int(top * args.seconds / 10) + 10, seed=2, id_prefix="l", **world))
     items, concepts = build_vocabularies(load)
     model_spec = (args.models.split(","), items, concepts)

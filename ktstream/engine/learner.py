@@ -60,7 +60,19 @@ def _record_key(rec: WindowRecord) -> tuple[str, Any] | None:
 
 
 def state_nbytes(state: State | None) -> int:
+    """Bytes of the state's tensors (what stacking it copies)."""
     return 0 if state is None else sum(t.nbytes for t in state.values())
+
+
+def memory_nbytes(*states: State | None) -> int:
+    """Bytes of memory the states hold: each storage once, whole (an attention cache is a view into a
+    buffer with spare slots, often shared with the state at the step's start)."""
+    storages = {}
+    for state in states:
+        for t in (state or {}).values():
+            storage = t.untyped_storage()
+            storages[storage.data_ptr()] = storage.nbytes()
+    return sum(storages.values())
 
 
 @dataclass(slots=True)
@@ -87,8 +99,8 @@ class LearnerState:
 
     @property
     def nbytes(self) -> int:
-        return (state_nbytes(self.state) + state_nbytes(self.step_state)
-                + OVERHEAD_BYTES + len(self.learner_id) + WINDOW_RECORD_BYTES * len(self.window))
+        return (memory_nbytes(self.state, self.step_state) + OVERHEAD_BYTES + len(self.learner_id)
+                + WINDOW_RECORD_BYTES * len(self.window))
 
     def remember(self, record: WindowRecord, keep: int) -> None:
         """Append an applied event to the raw window (0: keep none).

@@ -61,15 +61,20 @@ class ModelRunner:
         # describe() costs a second read of the state (attention models): it can be switched off.
         self.describes = describe and type(model).describe is not KTModel.describe
         self._query_buffer, self._update_buffer = StackBuffer(), StackBuffer()
+        self._initial: State | None = None
 
     @property
     def name(self) -> str:
         return self.model.name
 
     def initial_states(self, n: int) -> list[State]:
-        """States of ``n`` learners with no history (leading dim 1 each)."""
-        with torch.inference_mode():
-            return split_state(self.model.init_state(n))
+        """States of ``n`` learners with no history (leading dim 1 each): one state, shared. Nothing
+        writes into a state (``update`` returns new tensors; an attention cache's in-place appends go
+        only to buffers of its own), so a learner's first update replaces it, as any other."""
+        if self._initial is None:
+            with torch.inference_mode():
+                self._initial = split_state(self.model.init_state(1))[0]
+        return [self._initial] * n
 
     def encode(self, events: list[Event]) -> Interactions:
         """Events -> (B,) query/interaction tensors; times float64 epoch seconds, NaN if absent."""
@@ -111,9 +116,10 @@ class ModelRunner:
             new_states: list[State | None] = [None] * len(wave)
             if rows:
                 same = len(rows) == len(wave) and all(q is p.learner.state for q, p in zip(q_states, wave))
-                current = batch if same else self._update_buffer.stack([wave[b].learner.state for b in rows])
+                previous = [wave[b].learner.state for b in rows]
+                current = batch if same else self._update_buffer.stack(previous)
                 sub = query if same else _select(query, torch.tensor(rows))
-                for b, s in zip(rows, self.model.update_rows(current, sub)):  # new tensors, never buffer views
+                for b, s in zip(rows, self.model.update_rows(current, sub, previous)):  # never buffer views
                     new_states[b] = s
         for p, e, s in zip(wave, events, new_states):
             p.learner.applied(s, p.decoded.record.tp, p.decoded.record.offset, e.event_id,

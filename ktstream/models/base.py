@@ -72,10 +72,12 @@ class KTModel(nn.Module):
         Models with nothing to add return an empty dict."""
         return {}
 
-    def update_rows(self, state: State, interaction: Interactions) -> list[State]:
-        """``update``, returned per learner (leading dim 1, each owning its memory): what the engine
-        keeps. Models whose new state is mostly the old one moved (key/value caches) override it to
-        build each learner's state in one copy instead of a batch copy plus a split."""
+    def update_rows(self, state: State, interaction: Interactions, previous: list[State] | None = None) -> list[State]:
+        """``update``, returned per learner (leading dim 1): what the engine keeps. Rows never view
+        ``state`` (a reused stacking buffer). ``previous``, when given, holds the per-learner states
+        ``state`` was stacked from: models whose new state is mostly the old one moved (key/value
+        caches) override this to build each learner's state on its previous memory, leaving the
+        previous state's values as they were."""
         return split_state(self.update(state, interaction))
 
     def predict_described(self, state: State, query: Interactions) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

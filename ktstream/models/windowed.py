@@ -191,8 +191,11 @@ class WindowedKT(KTModel):
     def update(self, state: State, interaction: Interactions) -> State:
         return kvcache.shift(self._appended(state, interaction), CACHE_DTYPES[self.cache_dtype])
 
-    def update_rows(self, state: State, interaction: Interactions) -> list[State]:
-        return kvcache.shift_rows(self._appended(state, interaction), CACHE_DTYPES[self.cache_dtype])
+    def update_rows(self, state: State, interaction: Interactions, previous: list[State] | None = None) -> list[State]:
+        ks, dtype = self._appended(state, interaction), CACHE_DTYPES[self.cache_dtype]
+        if previous is not None and all(t.device.type == "cpu" for t in state.values()):
+            return kvcache.append_rows(ks, dtype, previous)  # one entry written per learner, not a window copied
+        return kvcache.shift_rows(ks, dtype)
 
     def _appended(self, state: State, interaction: Interactions) -> kvcache.KeySpace:
         """The cache followed by one new interaction per learner (encoders run on it)."""

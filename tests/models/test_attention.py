@@ -14,6 +14,7 @@ import torch
 
 from ktstream.data.histories import collate
 from ktstream.models import create, family, kvcache
+from ktstream.models.base import stack_states
 from ktstream.models.attention import HeadRouter, WindowAttention
 from ktstream.models.serving import replay
 
@@ -246,6 +247,29 @@ def test_a_cached_learner_is_independent_of_batch_order(make_histories):
     a, _ = replay(model, collate(learners))
     b, _ = replay(model, collate([learners[i] for i in order]))
     assert torch.allclose(a[2, : 3 * W], b[0, : 3 * W], atol=1e-6)
+
+
+@pytest.mark.parametrize("cache_dtype", ["float32", "float16"])
+def test_caches_are_written_in_place_only_in_buffers_of_their_own(cache_dtype, make_histories):
+    """A learner's next cache is written into spare slots only of a buffer ``append_rows`` made:
+    previous states that view other memory (here, rows of one batch, as a decoded store blob may)
+    are copied, never written past, and the buffer grows by a quarter window at most."""
+    model = build("sakt", cache_dtype=cache_dtype)
+    _, hist = make_histories([W + 3, W + 3, W + 3], N_ITEMS, N_CONCEPTS, 2, seed=23)
+    with torch.inference_mode():
+        _, batch = replay(model, hist.window(0, W + 2))
+        before = {k: v.clone() for k, v in batch.items()}
+        views = [{k: v[b:b + 1] for k, v in batch.items()} for b in range(3)]
+        rows = model.update_rows(batch, hist.at(W + 2), views)
+        again = model.update_rows(stack_states(rows), hist.at(W + 2), rows)
+    assert all(torch.equal(batch[k], before[k]) for k in batch), "wrote into memory it does not own"
+    expected = model.update(batch, hist.at(W + 2))
+    assert all(torch.equal(r[k], expected[k][b:b + 1]) for b, r in enumerate(rows) for k in r)
+    for r, a in zip(rows, again):  # the second update wrote in place: same buffer, one slot on
+        k = "retriever_0_k"
+        assert a[k].untyped_storage().data_ptr() == r[k].untyped_storage().data_ptr()
+        assert a[k].storage_offset() == r[k].storage_offset() + r[k].stride(1)
+        assert r[k].untyped_storage().nbytes() == (W + kvcache.spare_slots(W)) * r[k][0, 0].nbytes
 
 
 @pytest.mark.parametrize("name", FAMILIES)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from ktstream.data.histories import collate
-from ktstream.models import create, family, names
+from ktstream.models import create, family, names, split_state, stack_states
 from ktstream.models.serving import replay
 
 N_ITEMS, N_CONCEPTS = 30, 12
@@ -124,6 +124,33 @@ def test_per_learner_updates_equal_the_batched_update(name, make_histories):
             assert t.untyped_storage().nbytes() == t.numel() * t.element_size(), f"{name}: row {k} shares storage"
     assert torch.equal(probs, alone) and set(extras) == set(described)
     assert all(torch.equal(extras[k], described[k]) for k in extras)
+
+
+@pytest.mark.parametrize("name", names())
+def test_updates_built_on_previous_states_leave_every_earlier_state_as_it_was(name, make_histories):
+    """``update_rows`` given the learners' previous states, as the engine calls it, step after step
+    (past the window and an attention cache's spare slots): each step equals ``update``; no state
+    made earlier changes, a retry from the same state (a batch aborted and processed again)
+    included; no row views the stacked batch it was computed from."""
+    model = build(name)
+    T = horizon(model) + 40
+    _, hist = make_histories([T, T, T], N_ITEMS, N_CONCEPTS, 2, seed=9)
+    made = []  # (state, a copy of its values) for every state so far
+    with torch.inference_mode():
+        rows = split_state(model.init_state(3))
+        for t in range(T):
+            batch = stack_states(rows)
+            model.update_rows(stack_states(rows), hist.at(t), rows)  # staged, then dropped
+            new = model.update_rows(batch, hist.at(t), rows)
+            expected = model.update(batch, hist.at(t))
+            for b, row in enumerate(new):
+                for k, v in row.items():
+                    assert torch.equal(v, expected[k][b:b + 1]), f"{name}: step {t}, row {b}, {k}"
+                    assert v.untyped_storage().data_ptr() != batch[k].untyped_storage().data_ptr(), (name, k)
+            made += [(r, {k: v.clone() for k, v in r.items()}) for r in rows]
+            rows = new
+    for state, values in made:
+        assert all(torch.equal(state[k], values[k]) for k in state), f"{name}: an earlier state changed"
 
 
 @pytest.mark.parametrize("name", [n for n in names() if family(n).carries_state])

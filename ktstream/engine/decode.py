@@ -9,9 +9,9 @@ original bytes and names its category in ``reason``.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
+import orjson
 import pydantic
 
 from ktstream.engine.records import Record
@@ -56,8 +56,8 @@ def decode(record: Record, max_bytes: int) -> Decoded | Rejected:
     if len(value) > max_bytes:
         return Rejected(record, "oversized", f"record is {len(value)} bytes; the limit is {max_bytes}")
     try:
-        data = json.loads(value)
-    except (UnicodeDecodeError, ValueError) as exc:
+        data = orjson.loads(value)  # strict RFC 8259 (no NaN, no lone surrogates), twice json's speed
+    except orjson.JSONDecodeError as exc:
         return Rejected(record, "invalid_json", f"not UTF-8 JSON: {exc}")
     if not isinstance(data, dict):
         return Rejected(record, "invalid_json", f"expected a JSON object, got {type(data).__name__}")

@@ -25,6 +25,7 @@ from typing import Any, NamedTuple
 
 from ktstream.engine.records import TopicPartition
 from ktstream.models.base import State
+from ktstream.models.kvcache import buffer_of
 
 #: Rough cost of the Python objects around the tensors (dataclass, dict, strings).
 OVERHEAD_BYTES = 400
@@ -65,14 +66,17 @@ def state_nbytes(state: State | None) -> int:
 
 
 def memory_nbytes(*states: State | None) -> int:
-    """Bytes of memory the states hold: each storage once, whole (an attention cache is a view into a
-    buffer with spare slots, often shared with the state at the step's start)."""
-    storages = {}
+    """Bytes of memory the states hold, each piece once: an attention cache counts its whole buffer
+    (spare slots included; often shared with the state at the step's start)."""
+    held = {}
     for state in states:
         for t in (state or {}).values():
-            storage = t.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
-    return sum(storages.values())
+            buf = buffer_of(t)
+            if buf is None:
+                held[id(t)] = t.nbytes
+            else:
+                held[id(buf)] = buf.nbytes
+    return sum(held.values())
 
 
 @dataclass(slots=True)

@@ -171,6 +171,12 @@ def _appended(old: torch.Tensor, entry: np.ndarray, spare: int) -> torch.Tensor:
     return _view(buf, torch.from_numpy(buf), 0, W)
 
 
+def buffer_of(t: torch.Tensor) -> np.ndarray | None:
+    """The buffer with spare slots that ``t`` views (None: ``t`` is not such a view)."""
+    own = getattr(t, "_buffer", None)
+    return None if own is None else own[0]
+
+
 def _view(buf: np.ndarray, whole: torch.Tensor, first: int, width: int) -> torch.Tensor:
     view = whole.narrow(1, first, width)
     view._buffer = (buf, whole, first)

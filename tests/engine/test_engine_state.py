@@ -7,10 +7,12 @@ import dataclasses
 import pytest
 import torch
 
+from ktstream.data.histories import Interactions
 from ktstream.engine.exceptions import SinkError
 from ktstream.engine.learner import OVERHEAD_BYTES, LearnerState
 from ktstream.engine.records import MemorySink
 from ktstream.engine.state_cache import StateCache
+from ktstream.models import create
 
 
 def learner(lid, floats=100, partition=("ev", 0)):
@@ -30,6 +32,22 @@ def test_lru_eviction_by_bytes():
     cache.put(learner("a", floats=400))  # replacing an entry updates the byte count
     assert cache.bytes <= 3 * size + 1200 and "a" in cache
     assert cache.evict("a") is not None and "a" not in cache
+
+
+def test_an_attention_cache_counts_its_whole_buffer_once():
+    """A cache written into spare slots holds its buffer: the bound in bytes counts all of it, once,
+    also when the state at the step's start views the same buffer."""
+    model = create("sakt", n_items=10, n_concepts=5, window=8, dim=8, heads=2, ffn=16).eval()
+    q = Interactions(torch.tensor([3]), torch.tensor([[2]]), torch.tensor([1]),
+                     torch.tensor([1.7e9], dtype=torch.float64))
+    with torch.inference_mode():
+        start = model.init_state(1)
+        first = model.update_rows(start, q, [start])[0]
+        second = model.update_rows(first, q, [first])[0]
+    buffers = sum(v.untyped_storage().nbytes() for k, v in first.items() if k != "count")
+    assert buffers == sum(v.nbytes for k, v in first.items() if k != "count") * (8 + 16) // 8
+    st = LearnerState("a", second, "v1", step_state=first)
+    assert st.nbytes == buffers + 2 * 8 + OVERHEAD_BYTES + 1  # two count tensors, the buffers once
 
 
 def test_working_copy_carries_every_field_and_shares_no_mutable_state():

@@ -72,7 +72,8 @@ class EngineSettings(_Section):
     cache_max_bytes: int = Field(512 * 2**20, ge=2**16)
     torch_threads: int = Field(1, ge=1)
     gc_tuning: bool = Field(True, description="freeze the start-up heap and collect less often (faster; "
-                                             "see ktstream.engine.service.tune_gc)")
+                                             "see ktstream.engine.service.tune_gc), and collect fully right "
+                                             "after a rebalance (see ktstream.engine.engine)")
     describe: bool = Field(True, description="add model.describe() (ability, mastery, attention summary) "
                                             "to predictions; costs a second state read")
     rebuild_window: int = Field(200, ge=0, description="raw interactions kept per learner, replayed through a "

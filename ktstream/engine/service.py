@@ -44,7 +44,7 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
     processor = processor_cls(runner, StateCache(e.cache_max_bytes, store), k.topics.predictions,
                               k.topics.dead_letters, e.late_policy, e.max_record_bytes, e.rebuild_window, **extra)
     engine = Engine(source, sink, processor, metrics, e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s,
-                    rebuild_chunk=e.rebuild_chunk)
+                    rebuild_chunk=e.rebuild_chunk, collect_after_rebalance=e.gc_tuning)
     if attach is not None:
         engine.state_manager = attach(engine)
     if settings.model.registry is not None:  # hot swap: newly promoted versions are served between micro-batches

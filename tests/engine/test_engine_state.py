@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import gc
+import weakref
 
 import pytest
 import torch
@@ -121,3 +123,41 @@ def test_state_changes_only_after_the_commit_and_roll_back_on_sink_failure(kit):
     assert {lid: engine.cache.get(lid) for lid in list(engine.cache.keys())} == after, "staged state leaked"
     assert seeks == [{("t.events", 0): 10}], "the batch's partitions are rewound to its first offset"
     assert engine.metrics.totals["consumed"] == 10
+
+
+@pytest.mark.parametrize("collect", [True, False])
+def test_cyclic_garbage_is_collected_right_after_a_rebalance_when_asked(kit, collect):
+    """``collect_after_rebalance`` (engine.gc_tuning) runs a full collection in the step whose poll
+    brought a rebalance, and only then: a join's garbage goes in a pause the group already takes."""
+    recs = kit.stream(n_learners=3, mean_length=6, seed=3, query_prob=0.0)
+    items, concepts = kit.build_vocabularies(recs)
+    engine, source, _ = kit.memory_engine(kit.tiny_model("dkt", items, concepts), items, concepts,
+                                          kit.as_records(recs, partitions=1), max_batch=5)
+    engine.collect_after_rebalance = collect
+
+    class Cycle:
+        pass
+
+    def cycle(freed: list) -> None:
+        a, b = Cycle(), Cycle()
+        a.other, b.other = b, a
+        weakref.finalize(a, freed.append, 1)
+
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()  # only the engine may collect here
+    try:
+        engine.step()  # the source's first poll assigns its partitions
+        quiet, after = [], []
+        cycle(quiet)
+        engine.step()
+        assert quiet == [], "collected without a rebalance"
+        engine.on_assigned([(kit.EVENTS, 0)])
+        cycle(after)
+        engine.step()
+        assert after == ([1] if collect else [])
+        assert quiet == ([1] if collect else [])
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.collect()

@@ -155,11 +155,11 @@ def append_rows(ks: KeySpace, dtype: torch.dtype, previous: list[State]) -> list
 
 def _appended(old: torch.Tensor, entry: np.ndarray, spare: int) -> torch.Tensor:
     """``old`` (1, W, ...) moved on by one slot, ending with ``entry``. Only a view that
-    ``append_rows`` made carries ``_buffer`` (its buffer as numpy and torch, and its first slot):
-    other memory, such as a decoded store blob, is never written."""
+    ``append_rows`` made carries ``_buffer`` (its buffer as numpy and torch, its first slot and
+    its address): other memory, such as a decoded store blob or a deep copy, is never written."""
     own = getattr(old, "_buffer", None)
-    if own is not None:
-        buf, whole, first = own
+    if own is not None and old.data_ptr() == own[3]:  # not a copy that carried the attribute along
+        buf, whole, first, _ = own
         slot = first + old.shape[1]  # the first slot after the window
         if slot < buf.shape[1]:
             buf[0, slot] = entry
@@ -179,7 +179,7 @@ def buffer_of(t: torch.Tensor) -> np.ndarray | None:
 
 def _view(buf: np.ndarray, whole: torch.Tensor, first: int, width: int) -> torch.Tensor:
     view = whole.narrow(1, first, width)
-    view._buffer = (buf, whole, first)
+    view._buffer = (buf, whole, first, view.data_ptr())
     return view
 
 

@@ -252,8 +252,9 @@ def test_a_cached_learner_is_independent_of_batch_order(make_histories):
 @pytest.mark.parametrize("cache_dtype", ["float32", "float16"])
 def test_caches_are_written_in_place_only_in_buffers_of_their_own(cache_dtype, make_histories):
     """A learner's next cache is written into spare slots only of a buffer ``append_rows`` made:
-    previous states that view other memory (here, rows of one batch, as a decoded store blob may)
-    are copied, never written past, and the buffer grows by a quarter window at most."""
+    previous states that view other memory (here, rows of one batch, as a decoded store blob may,
+    or a tensor that carries the buffer's attribute without being its view) are copied, never
+    written past, and the buffer grows by a quarter window at most."""
     model = build("sakt", cache_dtype=cache_dtype)
     _, hist = make_histories([W + 3, W + 3, W + 3], N_ITEMS, N_CONCEPTS, 2, seed=23)
     with torch.inference_mode():
@@ -262,6 +263,14 @@ def test_caches_are_written_in_place_only_in_buffers_of_their_own(cache_dtype, m
         views = [{k: v[b:b + 1] for k, v in batch.items()} for b in range(3)]
         rows = model.update_rows(batch, hist.at(W + 2), views)
         again = model.update_rows(stack_states(rows), hist.at(W + 2), rows)
+        forged = [{k: v + 1 if k != "count" else v for k, v in a.items()} for a in again]  # memory of its own
+        for f, a in zip(forged, again):
+            for k in f:
+                if hasattr(a[k], "_buffer"):
+                    f[k]._buffer = a[k]._buffer  # an attribute carried over to other memory (a copy's)
+        from_forged = model.update_rows(stack_states(forged), hist.at(W + 2), forged)
+        expected_forged = model.update(stack_states(forged), hist.at(W + 2))
+    assert all(torch.equal(r[k], expected_forged[k][b:b + 1]) for b, r in enumerate(from_forged) for k in r)
     assert all(torch.equal(batch[k], before[k]) for k in batch), "wrote into memory it does not own"
     expected = model.update(batch, hist.at(W + 2))
     assert all(torch.equal(r[k], expected[k][b:b + 1]) for b, r in enumerate(rows) for k in r)

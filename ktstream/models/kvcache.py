@@ -147,18 +147,17 @@ def append_rows(ks: KeySpace, dtype: torch.dtype, previous: list[State]) -> list
     spare = spare_slots(ks.state["time"].shape[1])
     out = []
     for b, prev in enumerate(previous):
-        row = {name: _appended(prev[name], e[b, 0], spare) for name, e in entries.items()}
+        row = {name: _advance(prev[name], e[b, 0], spare) for name, e in entries.items()}
         row["count"] = torch.from_numpy(counts[b : b + 1].copy())
         out.append(row)
     return out
 
 
-def _appended(old: torch.Tensor, entry: np.ndarray, spare: int) -> torch.Tensor:
-    """``old`` (1, W, ...) moved on by one slot, ending with ``entry``. Only a view that
-    ``append_rows`` made carries ``_buffer`` (its buffer as numpy and torch, its first slot and
-    its address): other memory, such as a decoded store blob or a deep copy, is never written."""
-    own = getattr(old, "_buffer", None)
-    if own is not None and old.data_ptr() == own[3]:  # not a copy that carried the attribute along
+def _advance(old: torch.Tensor, entry: np.ndarray, spare: int) -> torch.Tensor:
+    """``old`` (1, W, ...) moved on by one slot, ending with ``entry``: written in place into the
+    next spare slot of ``old``'s own buffer, else into a new buffer."""
+    own = _own_buffer(old)
+    if own is not None:
         buf, whole, first, _ = own
         slot = first + old.shape[1]  # the first slot after the window
         if slot < buf.shape[1]:
@@ -173,8 +172,17 @@ def _appended(old: torch.Tensor, entry: np.ndarray, spare: int) -> torch.Tensor:
 
 def buffer_of(t: torch.Tensor) -> np.ndarray | None:
     """The buffer with spare slots that ``t`` views (None: ``t`` is not such a view)."""
-    own = getattr(t, "_buffer", None)
+    own = _own_buffer(t)
     return None if own is None else own[0]
+
+
+def _own_buffer(t: torch.Tensor) -> tuple | None:
+    """(numpy buffer, the same as torch, first slot, address) when ``t`` is a view ``_view`` made.
+    Only such views carry ``_buffer``, and its address must be ``t``'s own (a copy that carried the
+    attribute along views other memory): anything else, such as a decoded store blob, is never
+    written."""
+    own = getattr(t, "_buffer", None)
+    return own if own is not None and t.data_ptr() == own[3] else None
 
 
 def _view(buf: np.ndarray, whole: torch.Tensor, first: int, width: int) -> torch.Tensor:

@@ -60,11 +60,6 @@ def _record_key(rec: WindowRecord) -> tuple[str, Any] | None:
     return step_key(rec.step_id, rec.event_time_ms)
 
 
-def state_nbytes(state: State | None) -> int:
-    """Bytes of the state's tensors (what stacking it copies)."""
-    return 0 if state is None else sum(t.nbytes for t in state.values())
-
-
 def memory_nbytes(*states: State | None) -> int:
     """Bytes of memory the states hold, each piece once: an attention cache counts its whole buffer
     (spare slots included; often shared with the state at the step's start)."""

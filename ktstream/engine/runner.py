@@ -8,7 +8,8 @@ events that carry a response. Prediction-only events leave the state alone.
 The new states go into the learners' *working copies*; the cache only sees
 them after the batch is committed (see ktstream.engine.engine).
 
-A wave is run in chunks of at most ``STACK_BYTES`` of stacked state, each
+A wave is run in chunks of at most ``STACK_BYTES`` of stacked state (windows
+cut to the slots the learners fill: short histories make large chunks), each
 stacked into buffers the runner reuses from chunk to chunk: a fresh (B, ...)
 tensor per wave is a large allocation whose pages fault in on first touch
 (measured: stacking 1,000 attention caches of 100 KB ran at 2.7 GB/s into a
@@ -23,13 +24,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ktstream.data.histories import NO_RESPONSE, Interactions
 from ktstream.data.vocab import Vocabulary
 from ktstream.engine.batcher import Planned
-from ktstream.engine.learner import state_nbytes, step_key
-from ktstream.models.base import KTModel, State, split_state, stack_states
+from ktstream.engine.learner import step_key
+from ktstream.models.base import KTModel, State, split_state
 from ktstream.schema import Event
 
 #: Most bytes of learner state stacked for one model call (see the module docstring).
@@ -37,20 +39,34 @@ STACK_BYTES = 8 << 20
 
 
 class StackBuffer:
-    """Grow-only destination tensors for ``stack_states``: the stacked state is a view of them,
-    valid until the next ``stack``."""
+    """Grow-only destination memory for stacking per-learner states: the stacked state is a view of
+    it, valid until the next ``stack``.
+
+    ``tail`` (key -> L) cuts those keys to their last L entries along dim 1 (the slots of a window
+    that any learner of the batch fills; see ``KTModel.filled_slots``). Those are copied through
+    numpy, whose slicing costs a tenth of a torch view; the others are one ``torch.cat`` each.
+    """
 
     def __init__(self):
         self._buffers: dict[str, torch.Tensor] = {}
 
-    def stack(self, states: list[State]) -> State:
+    def stack(self, states: list[State], tail: dict[str, int] | None = None) -> State:
         n, out = len(states), {}
         for key, first in states[0].items():
+            shape = first.shape[1:]
+            if tail and key in tail:
+                shape = (tail[key], *shape[1:])
+            need = n * math.prod(shape)
             buf = self._buffers.get(key)
-            if buf is None or buf.shape[0] < n or buf.shape[1:] != first.shape[1:] or buf.dtype != first.dtype:
-                buf = self._buffers[key] = first.new_empty((n, *first.shape[1:]))
-            out[key] = buf[:n]
-        return stack_states(states, out)
+            if buf is None or buf.numel() < need or buf.dtype != first.dtype or buf.device != first.device:
+                buf = self._buffers[key] = first.new_empty(max(need, 1))
+            out[key] = view = buf[:need].view(n, *shape)  # (B, ...), contiguous
+            if shape == first.shape[1:]:
+                torch.cat([s[key] for s in states], out=view)
+            elif need:
+                start = first.shape[1] - shape[0]
+                np.concatenate([s[key].numpy()[:, start:] for s in states], out=view.numpy())
+        return out
 
 
 class ModelRunner:
@@ -93,13 +109,20 @@ class ModelRunner:
 
         Returns probs (B, K) and the model's ``describe`` extras (each with leading dim B).
         """
-        per_learner = max(state_nbytes(wave[0].learner.state), 1)
-        size = max(1, STACK_BYTES // per_learner)
+        size = self._chunk_size(wave)
         parts = [self._run_chunk(wave[i : i + size]) for i in range(0, len(wave), size)]
         if len(parts) == 1:
             return parts[0]
         probs = torch.cat([p for p, _ in parts])
         return probs, {k: torch.cat([e[k] for _, e in parts]) for k in parts[0][1]}
+
+    def _chunk_size(self, wave: list[Planned]) -> int:
+        """Learners per chunk: as many as ``STACK_BYTES`` of stacked state holds, counting only the
+        window slots the wave's learners fill (``KTModel.filled_slots``)."""
+        states = [p.learner.state for p in wave]
+        tail = self.model.filled_slots(states) or {}
+        per_learner = sum(t.nbytes * tail[k] // t.shape[1] if k in tail else t.nbytes for k, t in states[0].items())
+        return max(1, STACK_BYTES // max(per_learner, 1))
 
     def _run_chunk(self, wave: list[Planned]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         events = [p.decoded.event for p in wave]
@@ -107,7 +130,7 @@ class ModelRunner:
         with torch.inference_mode():
             q_states = [p.learner.query_state(step_key(e.step_id, p.decoded.event_time_ms))
                         for p, e in zip(wave, events)]
-            batch = self._query_buffer.stack(q_states)  # each tensor (B, ...), a view of a reused buffer
+            batch = self._query_buffer.stack(q_states, self.model.filled_slots(q_states))  # views of a reused buffer
             if self.describes:
                 probs, extras = self.model.predict_described(batch, query)  # (B, K), each (B, ...)
             else:
@@ -116,8 +139,9 @@ class ModelRunner:
             new_states: list[State | None] = [None] * len(wave)
             if rows:
                 same = len(rows) == len(wave) and all(q is p.learner.state for q, p in zip(q_states, wave))
-                previous = [wave[b].learner.state for b in rows]
-                current = batch if same else self._update_buffer.stack(previous)
+                previous, current = [wave[b].learner.state for b in rows], batch
+                if not same:  # the query states were not all the current ones: stack what update reads
+                    current = self._update_buffer.stack(previous, self.model.filled_slots(previous, update=True))
                 sub = query if same else _select(query, torch.tensor(rows))
                 for b, s in zip(rows, self.model.update_rows(current, sub, previous)):  # never buffer views
                     new_states[b] = s

@@ -80,6 +80,14 @@ class KTModel(nn.Module):
         previous state's values as they were."""
         return split_state(self.update(state, interaction))
 
+    def filled_slots(self, states: list[State], update: bool = False) -> dict[str, int] | None:
+        """For per-learner states about to be stacked for ``predict`` (``update``: for ``update_rows``
+        with ``previous``): the state keys whose dim 1 is a window of slots, oldest first, each with
+        how many trailing slots the call reads (at most those any of these learners fills; the
+        leading ones are empty for all of them). Models that return keys here give the results of
+        the whole batch from a batch cut to those slots. None: stack every tensor whole."""
+        return None
+
     def predict_described(self, state: State, query: Interactions) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``predict`` and ``describe`` together; models whose two share a read of the state override it."""
         return self.predict(state, query), self.describe(state, query)

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 State = dict[str, torch.Tensor]
 
@@ -124,12 +125,21 @@ def shift_rows(ks: KeySpace, dtype: torch.dtype) -> list[State]:
     return out
 
 
+def widen(state: State, width: int) -> State:
+    """``state`` with every window of fewer than ``width`` slots padded in front with empty slots
+    (zeros): the whole cache of a batch that was cut to its filled slots."""
+    cut = width - state["time"].shape[1]
+    if cut == 0:
+        return state
+    return {k: v if k == "count" else F.pad(v, (0, 0, cut, 0) if v.dim() == 3 else (cut, 0)) for k, v in state.items()}
+
+
 def spare_slots(width: int) -> int:
     """Spare slots after the window in the buffers ``append_rows`` makes (memory: 1 + 1/4 windows)."""
     return max(16, width // 4)
 
 
-def append_rows(ks: KeySpace, dtype: torch.dtype, previous: list[State]) -> list[State]:
+def append_rows(ks: KeySpace, dtype: torch.dtype, previous: list[State], width: int) -> list[State]:
     """``shift_rows`` built on each learner's previous state (``previous``, the states the batch
     ``ks.state`` was stacked from), writing one entry per cached name instead of copying the window.
 
@@ -139,33 +149,37 @@ def append_rows(ks: KeySpace, dtype: torch.dtype, previous: list[State]) -> list
     never changes a committed one (and a retry after an abort writes the same slot again). When
     the spare slots are used up, or the previous tensor is not such a view, the window moves to a
     new buffer: one window copy every ``spare_slots(W)`` updates instead of one per update
-    (a 100 KB window per event was a fifth of SAKT's engine loop). CPU only.
+    (a 100 KB window per event was a fifth of SAKT's engine loop), and of the filled slots only
+    (a new learner's first buffer copies nothing). CPU only.
     """
     assert ks.state is not None and all(v.shape[1] == 1 for v in ks.new.values()), "append one per learner"
     entries = {name: v.to(dtype).numpy() for name, v in ks.new.items()} | {"time": ks.time[:, -1:].numpy()}
-    counts = (ks.state["count"] + 1).numpy()
-    spare = spare_slots(ks.state["time"].shape[1])
+    before = ks.state["count"].numpy()  # ``ks.state`` may be cut to its filled slots; ``previous`` is whole
+    counts, spare = before + 1, spare_slots(width)
     out = []
     for b, prev in enumerate(previous):
-        row = {name: _advance(prev[name], e[b, 0], spare) for name, e in entries.items()}
+        keep = min(int(before[b]), width - 1)  # filled slots that stay in the window
+        row = {name: _advance(prev[name], e[b, 0], spare, keep) for name, e in entries.items()}
         row["count"] = torch.from_numpy(counts[b : b + 1].copy())
         out.append(row)
     return out
 
 
-def _advance(old: torch.Tensor, entry: np.ndarray, spare: int) -> torch.Tensor:
+def _advance(old: torch.Tensor, entry: np.ndarray, spare: int, keep: int) -> torch.Tensor:
     """``old`` (1, W, ...) moved on by one slot, ending with ``entry``: written in place into the
-    next spare slot of ``old``'s own buffer, else into a new buffer."""
+    next spare slot of ``old``'s own buffer, else into a new buffer with ``old``'s last ``keep``
+    entries (every earlier slot is empty: zeros)."""
+    W = old.shape[1]
     own = _own_buffer(old)
     if own is not None:
         buf, whole, first, _ = own
-        slot = first + old.shape[1]  # the first slot after the window
-        if slot < buf.shape[1]:
-            buf[0, slot] = entry
-            return _view(buf, whole, first + 1, old.shape[1])
-    W = old.shape[1]
-    buf = np.empty((1, W + spare, *old.shape[2:]), old.numpy().dtype)
-    buf[0, : W - 1] = old.numpy()[0, 1:]
+        if first + W < buf.shape[1]:
+            buf[0, first + W] = entry  # the first slot after the window
+            return _view(buf, whole, first + 1, W)
+    source = old.numpy()
+    buf = (np.empty if keep == W - 1 else np.zeros)((1, W + spare, *old.shape[2:]), source.dtype)
+    if keep:
+        buf[0, W - 1 - keep : W - 1] = source[0, W - keep :]
     buf[0, W - 1] = entry
     return _view(buf, torch.from_numpy(buf), 0, W)
 

@@ -189,13 +189,29 @@ class WindowedKT(KTModel):
         return self._log_probs(x, q)[:, 0].exp()
 
     def update(self, state: State, interaction: Interactions) -> State:
+        state = kvcache.widen(state, self.window)
         return kvcache.shift(self._appended(state, interaction), CACHE_DTYPES[self.cache_dtype])
 
     def update_rows(self, state: State, interaction: Interactions, previous: list[State] | None = None) -> list[State]:
-        ks, dtype = self._appended(state, interaction), CACHE_DTYPES[self.cache_dtype]
+        dtype = CACHE_DTYPES[self.cache_dtype]
         if previous is not None and all(t.device.type == "cpu" for t in state.values()):
-            return kvcache.append_rows(ks, dtype, previous)  # one entry written per learner, not a window copied
-        return kvcache.shift_rows(ks, dtype)
+            # one entry written per learner, not a window copied; ``state`` may be cut (filled_slots)
+            return kvcache.append_rows(self._appended(state, interaction), dtype, previous, self.window)
+        return kvcache.shift_rows(self._appended(kvcache.widen(state, self.window), interaction), dtype)
+
+    def filled_slots(self, states: list[State], update: bool = False) -> dict[str, int] | None:
+        """The last min(W, most interactions any of them applied) slots: the earlier ones are empty
+        (zeros) for every learner, so predict need not stack or read them, and short histories
+        cost what they hold, not a whole window. ``update_rows`` reads no slot unless encoder stacks
+        attend over them: it appends to ``previous``. CPU states only (``update_rows`` appends in
+        place there)."""
+        if states[0]["count"].device.type != "cpu":
+            return None
+        if update and not self.encoders:
+            filled = 0
+        else:
+            filled = min(self.window, int(torch.cat([s["count"] for s in states]).max()))
+        return None if filled == self.window else dict.fromkeys([*self.cache_dims(), "time"], filled)
 
     def _appended(self, state: State, interaction: Interactions) -> kvcache.KeySpace:
         """The cache followed by one new interaction per learner (encoders run on it)."""
@@ -223,12 +239,14 @@ class WindowedKT(KTModel):
         return self._log_probs(x, q)[:, 0].exp(), self._described(state, x, w, q)
 
     def _described(self, state: State, x: torch.Tensor, w: torch.Tensor, q: torch.Tensor) -> dict[str, torch.Tensor]:
-        w = w[:, :, 0]  # (B, H, 1 + W)
+        w = w[:, :, 0]  # (B, H, 1 + S); S < W when the batch was cut to its filled slots
         avg = w.mean(1)
         entropy = lambda p: -(p * p.clamp(min=1e-12).log()).sum(-1)  # noqa: E731
         W = self.window
-        out = {"attention": avg[:, 1:], "attention_heads": w[:, :, 1:], "attention_null": avg[:, 0],
-               "attention_entropy": entropy(w).mean(1), "head_diversity": entropy(avg) - entropy(w).mean(1),
+        per_head = entropy(w).mean(1)
+        cut = W + 1 - w.shape[-1]  # empty slots left out: weight 0, as in the whole window
+        out = {"attention": F.pad(avg[:, 1:], (cut, 0)), "attention_heads": F.pad(w[:, :, 1:], (cut, 0)),
+               "attention_null": avg[:, 0], "attention_entropy": per_head, "head_diversity": entropy(avg) - per_head,
                "attention_positions": (state["count"].unsqueeze(1) - W + torch.arange(W)).clamp(min=-1)}
         router = self.retriever[-1].attn.router
         if router is not None:

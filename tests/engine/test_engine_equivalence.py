@@ -38,11 +38,10 @@ def test_chunked_waves_give_the_same_messages(name, kit, monkeypatch):
     recs = kit.stream(n_learners=12, mean_length=12, seed=6)
     items, concepts = kit.build_vocabularies(recs)
     model = kit.tiny_model(name, items, concepts)
-    per_learner = sum(t.nbytes for t in model.init_state(1).values())
     messages = {}
     for chunk in (None, 1, 3):
         if chunk is not None:
-            monkeypatch.setattr(runner, "STACK_BYTES", chunk * per_learner)
+            monkeypatch.setattr(runner.ModelRunner, "_chunk_size", lambda self, wave, n=chunk: n)
         engine, source, sink = kit.memory_engine(model, items, concepts, kit.as_records(recs), max_batch=64)
         kit.drain(engine, source)
         messages[chunk] = {p["event_id"]: {k: v for k, v in p.items() if not k.endswith("_at_ms")}

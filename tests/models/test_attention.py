@@ -281,6 +281,54 @@ def test_caches_are_written_in_place_only_in_buffers_of_their_own(cache_dtype, m
         assert r[k].untyped_storage().nbytes() == (W + kvcache.spare_slots(W)) * r[k][0, 0].nbytes
 
 
+@pytest.mark.parametrize("name,option", itertools.product(FAMILIES, OPTIONS))
+def test_a_batch_cut_to_its_filled_slots_serves_as_the_whole_window(name, option, make_histories):
+    """``filled_slots``: learners with short histories stacked without their empty leading slots
+    (what the engine's runner does) predict, describe and update as from whole windows; a batch of
+    learners with no history at all is cut to no slot."""
+    from ktstream.engine.runner import StackBuffer
+
+    model = build(name, **OPTIONS[option])
+    _, hist = make_histories([W + 2, W + 2, W + 2], N_ITEMS, N_CONCEPTS, 2, seed=25)
+    with torch.inference_mode():
+        for applied in ([0, 0, 0], [1, 4, 2], [0, W - 2, 3]):  # learners' history lengths
+            rows = [replay(model, hist.select([b]).window(0, n))[1] if n else model.init_state(1)
+                    for b, n in enumerate(applied)]
+            whole = stack_states(rows)
+            assert whole["count"].tolist() == applied
+            tail = model.filled_slots(rows)
+            assert tail is not None and set(tail.values()) == {max(applied)}
+            cut = StackBuffer().stack(rows, tail)
+            assert cut["time"].shape[1] == max(applied)
+            query = hist.at(W)
+            p_whole, d_whole = model.predict_described(whole, query)
+            p_cut, d_cut = model.predict_described(cut, query)
+            assert torch.allclose(p_cut, p_whole, atol=1e-6)
+            assert d_cut.keys() == d_whole.keys()
+            assert all(d_cut[k].shape == d_whole[k].shape and torch.allclose(d_cut[k], d_whole[k], atol=1e-6)
+                       for k in d_whole)
+            expected = model.update(whole, query)
+            for update in (False, True):
+                batch = StackBuffer().stack(rows, model.filled_slots(rows, update=update))
+                for b, r in enumerate(model.update_rows(batch, query, rows)):
+                    assert states_equal(r, {k: v[b:b + 1] for k, v in expected.items()}, atol=1e-6)
+            assert states_equal(model.update(cut, query), expected, atol=1e-6)
+
+
+def test_stack_buffer_cuts_windows_to_their_last_slots():
+    from ktstream.engine.runner import StackBuffer
+
+    rows = [{"w": torch.arange(12.0).view(1, 6, 2) + 100 * b, "time": torch.arange(6.0, dtype=torch.float64).view(1, 6),
+             "n": torch.tensor([b])} for b in range(3)]
+    buf = StackBuffer()
+    whole = buf.stack(rows)
+    assert torch.equal(whole["w"], torch.cat([r["w"] for r in rows]))
+    cut = buf.stack(rows, {"w": 2, "time": 0})  # the same buffers, reused
+    assert torch.equal(cut["w"], torch.cat([r["w"] for r in rows])[:, 4:]) and cut["w"].is_contiguous()
+    assert cut["time"].shape == (3, 0) and torch.equal(cut["n"], torch.tensor([0, 1, 2]))
+    assert torch.equal(buf.stack(rows[:2])["w"], torch.cat([r["w"] for r in rows[:2]]))
+
+
 @pytest.mark.parametrize("name", FAMILIES)
 def test_blocked_forward_equals_one_block(name, make_histories):
     model = build(name, **OPTIONS["both"])

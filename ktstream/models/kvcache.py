@@ -19,6 +19,7 @@ path's final state and the serving path's state compare exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -153,55 +154,64 @@ def append_rows(ks: KeySpace, dtype: torch.dtype, previous: list[State], width: 
     (a new learner's first buffer copies nothing). CPU only.
     """
     assert ks.state is not None and all(v.shape[1] == 1 for v in ks.new.values()), "append one per learner"
-    entries = {name: v.to(dtype).numpy() for name, v in ks.new.items()} | {"time": ks.time[:, -1:].numpy()}
+    entries = {name: v.to(dtype).numpy()[:, 0] for name, v in ks.new.items()} | {"time": ks.time[:, -1].numpy()}
     before = ks.state["count"].numpy()  # ``ks.state`` may be cut to its filled slots; ``previous`` is whole
-    counts, spare = before + 1, spare_slots(width)
+    counts = torch.from_numpy(before + 1).split(1)  # (1,) each, one call for the batch
+    spare = spare_slots(width)
     out = []
     for b, prev in enumerate(previous):
         keep = min(int(before[b]), width - 1)  # filled slots that stay in the window
-        row = {name: _advance(prev[name], e[b, 0], spare, keep) for name, e in entries.items()}
-        row["count"] = torch.from_numpy(counts[b : b + 1].copy())
+        row = {name: _advance(prev[name], e[b], width, spare, keep) for name, e in entries.items()}
+        row["count"] = counts[b]
         out.append(row)
     return out
 
 
-def _advance(old: torch.Tensor, entry: np.ndarray, spare: int, keep: int) -> torch.Tensor:
+class _Buffer(NamedTuple):
+    """The memory a learner's windows of one cached name view: W + spare slots."""
+
+    rows: np.ndarray  # (W + spare, ...)
+    whole: torch.Tensor  # (1, W + spare, ...), the same memory
+    size: tuple[int, ...]  # of a window view: (1, W, ...)
+    stride: tuple[int, ...]
+
+
+def _advance(old: torch.Tensor, entry: np.ndarray, W: int, spare: int, keep: int) -> torch.Tensor:
     """``old`` (1, W, ...) moved on by one slot, ending with ``entry``: written in place into the
     next spare slot of ``old``'s own buffer, else into a new buffer with ``old``'s last ``keep``
     entries (every earlier slot is empty: zeros)."""
-    W = old.shape[1]
     own = _own_buffer(old)
     if own is not None:
-        buf, whole, first, _ = own
-        if first + W < buf.shape[1]:
-            buf[0, first + W] = entry  # the first slot after the window
-            return _view(buf, whole, first + 1, W)
-    source = old.numpy()
-    buf = (np.empty if keep == W - 1 else np.zeros)((1, W + spare, *old.shape[2:]), source.dtype)
+        buf, first, _ = own
+        if first + W < len(buf.rows):
+            buf.rows[first + W] = entry  # the first slot after the window
+            return _view(buf, first + 1)
+    source = old.numpy()[0]
+    rows = (np.empty if keep == W - 1 else np.zeros)((W + spare, *source.shape[1:]), source.dtype)
     if keep:
-        buf[0, W - 1 - keep : W - 1] = source[0, W - keep :]
-    buf[0, W - 1] = entry
-    return _view(buf, torch.from_numpy(buf), 0, W)
+        rows[W - 1 - keep : W - 1] = source[W - keep :]
+    rows[W - 1] = entry
+    whole = torch.from_numpy(rows).unsqueeze(0)
+    return _view(_Buffer(rows, whole, (1, W, *rows.shape[1:]), whole.stride()), 0)
 
 
 def buffer_of(t: torch.Tensor) -> np.ndarray | None:
     """The buffer with spare slots that ``t`` views (None: ``t`` is not such a view)."""
     own = _own_buffer(t)
-    return None if own is None else own[0]
+    return None if own is None else own[0].rows
 
 
-def _own_buffer(t: torch.Tensor) -> tuple | None:
-    """(numpy buffer, the same as torch, first slot, address) when ``t`` is a view ``_view`` made.
-    Only such views carry ``_buffer``, and its address must be ``t``'s own (a copy that carried the
-    attribute along views other memory): anything else, such as a decoded store blob, is never
-    written."""
+def _own_buffer(t: torch.Tensor) -> tuple[_Buffer, int, int] | None:
+    """(buffer, first slot, address) when ``t`` is a view ``_view`` made. Only such views carry
+    ``_buffer``, and its address must be ``t``'s own (a copy that carried the attribute along views
+    other memory): anything else, such as a decoded store blob, is never written."""
     own = getattr(t, "_buffer", None)
-    return own if own is not None and t.data_ptr() == own[3] else None
+    return own if own is not None and t.data_ptr() == own[2] else None
 
 
-def _view(buf: np.ndarray, whole: torch.Tensor, first: int, width: int) -> torch.Tensor:
-    view = whole.narrow(1, first, width)
-    view._buffer = (buf, whole, first, view.data_ptr())
+def _view(buf: _Buffer, first: int) -> torch.Tensor:
+    view = buf.whole.as_strided(buf.size, buf.stride, first * buf.stride[1])  # (1, W, ...) from slot first
+    view._buffer = (buf, first, view.data_ptr())
     return view
 
 

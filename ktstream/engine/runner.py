@@ -44,7 +44,8 @@ class StackBuffer:
 
     ``tail`` (key -> L) cuts those keys to their last L entries along dim 1 (the slots of a window
     that any learner of the batch fills; see ``KTModel.filled_slots``). Those are copied through
-    numpy, whose slicing costs a tenth of a torch view; the others are one ``torch.cat`` each.
+    numpy (a numpy view of a tensor costs about a third of a torch view here); the others are one
+    ``torch.cat`` each.
     """
 
     def __init__(self):

@@ -50,30 +50,37 @@ def rejected(topic: str, r: Rejected) -> Output:
     return dead_letter(topic, r.record, r.reason, r.detail)
 
 
-def describe_rows(extras: dict[str, torch.Tensor], concepts: list[dict[str, int]]) -> list[dict]:
+def describe_rows(extras: dict[str, torch.Tensor], concepts: list[dict[str, int]] | None = None) -> list[dict]:
     """``model.describe`` output for a wave -> per-event Prediction fields (ability, mastery, extras).
 
     ``ability`` / ``theta`` (one number per learner) becomes ``ability``; ``mastery``
     (B, n_concepts), columns indexed by the concept vocabulary, is reported for each
-    event's own concepts (``concepts[b]``: concept id -> vocabulary index); any other
-    entry with at most 64 numbers per learner goes to ``extras`` (larger ones, such
-    as full attention maps, stay out of the message).
+    event's own concepts (``concepts[b]``: concept id -> vocabulary index; needed only
+    with ``mastery``); any other entry with at most 64 numbers per learner goes to
+    ``extras`` (larger ones, such as full attention maps, stay out of the message).
     """
-    B = len(concepts)
-    rows: list[dict] = [{"extras": {}} for _ in range(B)]
+    B = len(next(iter(extras.values())))
+    ability, mastery, small = None, None, {}  # small: key -> B values
     for key, value in extras.items():
         v = value.detach().float().reshape(B, -1)  # (B, n)
         if key in ("ability", "theta") and v.shape[1] == 1:
-            for row, x in zip(rows, v[:, 0].tolist()):
-                row["ability"] = x
+            ability = v[:, 0].tolist()
         elif key == "mastery":
-            for b, row in enumerate(rows):
+            if concepts is None:
+                raise ValueError("describe_rows: mastery needs each event's concepts")
+            mastery = []
+            for b in range(B):
                 cols = {c: i for c, i in concepts[b].items() if 1 < i < v.shape[1]}
-                row["mastery"] = dict(zip(cols, v[b, list(cols.values())].tolist())) if cols else {}
+                mastery.append(dict(zip(cols, v[b, list(cols.values())].tolist())) if cols else {})
         elif v.shape[1] <= MAX_EXTRA_VALUES:
-            values = v[:, 0].tolist() if v.shape[1] == 1 else v.tolist()
-            for row, x in zip(rows, values):
-                row["extras"][key] = x
+            small[key] = v[:, 0].tolist() if v.shape[1] == 1 else v.tolist()
+    keys = list(small)
+    rows = [{"extras": dict(zip(keys, values))} for values in zip(*small.values())] if keys \
+        else [{"extras": {}} for _ in range(B)]
+    for name, column in (("ability", ability), ("mastery", mastery)):
+        if column is not None:
+            for row, x in zip(rows, column):
+                row[name] = x
     return rows
 
 

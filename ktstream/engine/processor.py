@@ -99,8 +99,9 @@ class Processor:
             fields = [None] * len(wave)
             if extras:
                 vocab = self.runner.concepts
-                fields = messages.describe_rows(extras, [{c: vocab.encode(c) for c in p.decoded.event.concept_ids}
-                                                         for p in wave])
+                concepts = [{c: vocab.encode(c) for c in p.decoded.event.concept_ids} for p in wave] \
+                    if "mastery" in extras else None  # only mastery reads them
+                fields = messages.describe_rows(extras, concepts)
             for p, row, f in zip(wave, probs.tolist(), fields):
                 self._predict(batch, p.decoded, row, p.late, f)
                 p.learner.remember(window_record(p.decoded, p.learner.events), self.window)

@@ -32,6 +32,7 @@ from ktstream.data.vocab import Vocabulary
 from ktstream.engine.batcher import Planned
 from ktstream.engine.learner import step_key
 from ktstream.models.base import KTModel, State, split_state
+from ktstream.models.kvcache import as_numpy
 from ktstream.schema import Event
 
 #: Most bytes of learner state stacked for one model call (see the module docstring).
@@ -44,7 +45,7 @@ class StackBuffer:
 
     ``tail`` (key -> L) cuts those keys to their last L entries along dim 1 (the slots of a window
     that any learner of the batch fills; see ``KTModel.filled_slots``). Those are copied through
-    numpy (a numpy view of a tensor costs about a third of a torch view here); the others are one
+    numpy (``kvcache.as_numpy``: a window is a slice of its buffer's array); the others are one
     ``torch.cat`` each.
     """
 
@@ -66,7 +67,7 @@ class StackBuffer:
                 torch.cat([s[key] for s in states], out=view)
             elif need:
                 start = first.shape[1] - shape[0]
-                np.concatenate([s[key].numpy()[:, start:] for s in states], out=view.numpy())
+                np.concatenate([as_numpy(s[key])[:, start:] for s in states], out=view.numpy())
         return out
 
 

@@ -201,6 +201,17 @@ def buffer_of(t: torch.Tensor) -> np.ndarray | None:
     return None if own is None else own[0].rows
 
 
+def as_numpy(t: torch.Tensor) -> np.ndarray:
+    """``t.numpy()``, sliced from the array of the buffer ``t`` views when there is one: a tenth
+    of the cost (measured under inference mode: 0.2 against 1.9 us), and stacking a wave reads
+    every cached name of every learner."""
+    own = _own_buffer(t)
+    if own is None:
+        return t.numpy()
+    buf, first, _ = own
+    return buf.rows[None, first : first + buf.size[1]]
+
+
 def _own_buffer(t: torch.Tensor) -> tuple[_Buffer, int, int] | None:
     """(buffer, first slot, address) when ``t`` is a view ``_view`` made. Only such views carry
     ``_buffer``, and its address must be ``t``'s own (a copy that carried the attribute along views

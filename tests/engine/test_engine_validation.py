@@ -79,3 +79,23 @@ def test_a_huge_record_is_dead_lettered_within_a_kafka_message():
     letter = DeadLetter.model_validate_json(out.value)
     assert len(out.value) < 1_000_000 and base64.b64decode(letter.original) == huge.value[:MAX_ORIGINAL_BYTES]
     assert "truncated" in letter.detail and letter.source.offset == 9
+
+
+def test_described_columns_become_each_events_fields():
+    """``describe_rows``: one-number entries and small vectors go to each row's extras, maps over 64
+    numbers stay out, ability is per learner, mastery only for the event's own concepts."""
+    import torch
+
+    from ktstream.engine.messages import describe_rows
+
+    extras = {"ability": torch.tensor([0.5, -1.0]), "entropy": torch.tensor([[1.0], [2.0]]),
+              "gates": torch.tensor([[0.0, 1.0], [1.0, 0.0]]), "attention": torch.ones(2, 65),
+              "mastery": torch.tensor([[0.0, 0.0, 0.1, 0.2], [0.0, 0.0, 0.3, 0.4]])}
+    rows = describe_rows(extras, [{"c2": 2, "unknown": 1}, {"c3": 3, "c2": 2}])
+    assert rows == [{"extras": {"entropy": 1.0, "gates": [0.0, 1.0]}, "ability": 0.5,
+                     "mastery": {"c2": pytest.approx(0.1)}},
+                    {"extras": {"entropy": 2.0, "gates": [1.0, 0.0]}, "ability": -1.0,
+                     "mastery": {"c3": pytest.approx(0.4), "c2": pytest.approx(0.3)}}]
+    assert describe_rows({"entropy": torch.tensor([1.0])}) == [{"extras": {"entropy": 1.0}}]
+    with pytest.raises(ValueError, match="mastery needs"):
+        describe_rows({"mastery": torch.zeros(1, 3)})

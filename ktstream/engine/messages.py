@@ -59,7 +59,7 @@ def describe_rows(extras: dict[str, torch.Tensor], concepts: list[dict[str, int]
     with ``mastery``); any other entry with at most 64 numbers per learner goes to
     ``extras`` (larger ones, such as full attention maps, stay out of the message).
     """
-    B = len(next(iter(extras.values())))
+    B = len(concepts) if concepts is not None else len(next(iter(extras.values()), ()))
     ability, mastery, small = None, None, {}  # small: key -> B values
     for key, value in extras.items():
         v = value.detach().float().reshape(B, -1)  # (B, n)

@@ -97,5 +97,6 @@ def test_described_columns_become_each_events_fields():
                     {"extras": {"entropy": 2.0, "gates": [1.0, 0.0]}, "ability": -1.0,
                      "mastery": {"c3": pytest.approx(0.4), "c2": pytest.approx(0.3)}}]
     assert describe_rows({"entropy": torch.tensor([1.0])}) == [{"extras": {"entropy": 1.0}}]
+    assert describe_rows({}, [{}, {}]) == [{"extras": {}}, {"extras": {}}] and describe_rows({}) == []
     with pytest.raises(ValueError, match="mastery needs"):
         describe_rows({"mastery": torch.zeros(1, 3)})

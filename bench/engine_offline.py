@@ -87,10 +87,12 @@ def main() -> None:
     ap.add_argument("--_under-valgrind", dest="under_valgrind", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     configs = args.configs.split(",")
+    if args.instructions and args.warm_up + args.counted > args.events:
+        sys.exit("--warm-up plus --counted must not exceed --events")
     if args.instructions and not args.under_valgrind:
         return count_instructions(args, configs)
     torch.set_num_threads(1)
-    recs, load = records(args.events if not args.under_valgrind else args.warm_up + args.counted, args.mean_length)
+    recs, load = records(args.events, args.mean_length)
     items, concepts = build_vocabularies(load)
     serving = serving_models(sorted({c.split("/")[0] for c in configs}), items, concepts)
     tune_gc()
@@ -123,7 +125,8 @@ def count_instructions(args, configs: list[str]) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "callgrind.out"
             cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
-                   sys.executable, __file__, "--configs", cfg, "--mean-length", str(args.mean_length),
+                   sys.executable, __file__, "--configs", cfg, "--events", str(args.events),
+                   "--mean-length", str(args.mean_length),
                    "--warm-up", str(args.warm_up), "--counted", str(args.counted), "--_under-valgrind"]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             counted = [ln for ln in proc.stdout.splitlines() if ln.startswith("counted ")]

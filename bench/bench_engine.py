@@ -66,6 +66,7 @@ from ktstream.models import KTModel, create, names  # noqa: E402
 
 PARTITIONS = 4
 WARM_UP_S = 1.0  # latency percentiles leave out the first second of offered events
+WORLD = dict(start_spread_ms=60_000, mean_gap_ms=30_000, mean_length=10)  # the simulated streams' shape
 
 
 class Passthrough:
@@ -97,11 +98,22 @@ class Passthrough:
         return batch
 
 
+def model_config(cfg: str, s):
+    """NAME[@float16][/no-describe] -> the serving model's key and the settings for it."""
+    name, _, variant = cfg.partition("/")
+    return name, s.model_copy(update={"engine": s.engine.model_copy(update={"describe": variant != "no-describe"})})
+
+
+def throughput_load(n_events: int, mean_length: int) -> list[dict]:
+    """The throughput runs' events in publishing order: about ``n_events / mean_length`` learners."""
+    world = dict(WORLD, mean_length=mean_length)
+    return replay_order(simulate(n_learners=max(n_events // mean_length, 10), seed=1, **world))[:n_events]
+
+
 def make_engine(cfg: str, s, serving: dict) -> Engine:
     source, sink = KafkaSource(s.kafka, max_poll_records=s.engine.max_batch), KafkaSink(s.kafka)
     if cfg != "passthrough":
-        name, _, variant = cfg.partition("/")
-        s = s.model_copy(update={"engine": s.engine.model_copy(update={"describe": variant != "no-describe"})})
+        name, s = model_config(cfg, s)
         return build_engine(s, serving[name], source, sink)
     e = s.engine
     processor = Passthrough(s.kafka.topics.predictions, s.kafka.topics.dead_letters, e.max_record_bytes)
@@ -162,12 +174,10 @@ def main() -> None:
                     help="families at default sizes; NAME@float16: the same with an fp16 key/value cache")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    world = dict(start_spread_ms=60_000, mean_gap_ms=30_000, mean_length=10)
-    load = replay_order(simulate(n_learners=max(args.events // args.mean_length, 10), seed=1,
-                                 **(world | dict(mean_length=args.mean_length))))[: args.events]
+    load = throughput_load(args.events, args.mean_length)
     rates_offered = [float(r) for r in args.rates.split(",") if r]
     top = max(rates_offered, default=0.0)
-    live_all = replay_order(simulate(n_learners=int(top * args.seconds / 10) + 10, seed=2, id_prefix="l", **world))
+    live_all = replay_order(simulate(n_learners=int(top * args.seconds / 10) + 10, seed=2, id_prefix="l", **WORLD))
     items, concepts = build_vocabularies(load)
     model_spec = (args.models.split(","), items, concepts)
     serving = serving_models(*model_spec)

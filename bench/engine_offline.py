@@ -34,21 +34,18 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from bench_engine import serving_models  # noqa: E402
+from bench_engine import model_config, serving_models, throughput_load  # noqa: E402
 from ktstream.config import load_settings  # noqa: E402
 from ktstream.data.histories import build_vocabularies  # noqa: E402
-from ktstream.data.simulate import simulate  # noqa: E402
 from ktstream.engine import MemorySink, MemorySource, Record  # noqa: E402
-from ktstream.engine.replay import replay_order  # noqa: E402
 from ktstream.engine.service import build_engine, tune_gc  # noqa: E402
 
 PARTITIONS = 4
 
 
 def records(n_events: int, mean_length: int) -> tuple[list[Record], list[dict]]:
-    """bench_engine's throughput load (same seed and world) as records keyed by learner."""
-    world = dict(start_spread_ms=60_000, mean_gap_ms=30_000, mean_length=mean_length)
-    load = replay_order(simulate(n_learners=max(n_events // mean_length, 10), seed=1, **world))[:n_events]
+    """bench_engine's throughput load as records keyed by learner."""
+    load = throughput_load(n_events, mean_length)
     offsets, out = [0] * PARTITIONS, []
     for r in load:
         p = zlib.crc32(r["learner_id"].encode()) % PARTITIONS
@@ -58,9 +55,9 @@ def records(n_events: int, mean_length: int) -> tuple[list[Record], list[dict]]:
 
 
 def engine_for(cfg: str, serving: dict, recs: list[Record]):
-    name, _, variant = cfg.partition("/")
     s = load_settings(None, kafka=dict(topics=dict(events="bench.events", predictions="p", dead_letters="d")),
-                      engine=dict(max_batch=1000, describe=variant != "no-describe"), metrics=dict(port=0))
+                      engine=dict(max_batch=1000), metrics=dict(port=0))
+    name, s = model_config(cfg, s)
     return build_engine(s, serving[name], MemorySource(recs), MemorySink())
 
 

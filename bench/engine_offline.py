@@ -34,11 +34,13 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from bench_engine import model_config, serving_models, throughput_load  # noqa: E402
+from bench_engine import Passthrough, model_config, serving_models, throughput_load  # noqa: E402
 from ktstream.config import load_settings  # noqa: E402
 from ktstream.data.histories import build_vocabularies  # noqa: E402
 from ktstream.engine import MemorySink, MemorySource, Record  # noqa: E402
+from ktstream.engine.engine import Engine  # noqa: E402
 from ktstream.engine.service import build_engine, tune_gc  # noqa: E402
+from ktstream.metrics import EngineMetrics  # noqa: E402
 
 PARTITIONS = 4
 
@@ -57,6 +59,10 @@ def records(n_events: int, mean_length: int) -> tuple[list[Record], list[dict]]:
 def engine_for(cfg: str, serving: dict, recs: list[Record]):
     s = load_settings(None, kafka=dict(topics=dict(events="bench.events", predictions="p", dead_letters="d")),
                       engine=dict(max_batch=1000), metrics=dict(port=0))
+    if cfg == "passthrough":
+        e = s.engine
+        processor = Passthrough(s.kafka.topics.predictions, s.kafka.topics.dead_letters, e.max_record_bytes)
+        return Engine(MemorySource(recs), MemorySink(), processor, EngineMetrics(), e.max_batch)
     name, s = model_config(cfg, s)
     return build_engine(s, serving[name], MemorySource(recs), MemorySink())
 
@@ -73,8 +79,8 @@ def run(engine, n: int) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--configs", default="dkt,dkvmn,sakt,sakt/no-describe",
-                    help="NAME[@float16][/no-describe], comma-separated")
+    ap.add_argument("--configs", default="passthrough,dkt,dkvmn,sakt,sakt/no-describe",
+                    help="passthrough or NAME[@float16][/no-describe], comma-separated")
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--mean-length", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
@@ -91,7 +97,7 @@ def main() -> None:
     torch.set_num_threads(1)
     recs, load = records(args.events, args.mean_length)
     items, concepts = build_vocabularies(load)
-    serving = serving_models(sorted({c.split("/")[0] for c in configs}), items, concepts)
+    serving = serving_models(sorted({c.split("/")[0] for c in configs} - {"passthrough"}), items, concepts)
     tune_gc()
     if args.under_valgrind:
         engine = engine_for(configs[0], serving, recs)

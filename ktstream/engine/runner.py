@@ -32,7 +32,6 @@ from ktstream.data.vocab import Vocabulary
 from ktstream.engine.batcher import Planned
 from ktstream.engine.learner import step_key
 from ktstream.models.base import KTModel, State, split_state
-from ktstream.models.kvcache import as_numpy
 from ktstream.schema import Event
 
 #: Most bytes of learner state stacked for one model call (see the module docstring).
@@ -45,8 +44,7 @@ class StackBuffer:
 
     ``tail`` (key -> L) cuts those keys to their last L entries along dim 1 (the slots of a window
     that any learner of the batch fills; see ``KTModel.filled_slots``). Those are copied through
-    numpy (``kvcache.as_numpy``: a window is a slice of its buffer's array); the others are one
-    ``torch.cat`` each.
+    numpy; the others are one ``torch.cat`` each.
     """
 
     def __init__(self):
@@ -67,7 +65,7 @@ class StackBuffer:
                 torch.cat([s[key] for s in states], out=view)
             elif need:
                 start = first.shape[1] - shape[0]
-                np.concatenate([as_numpy(s[key])[:, start:] for s in states], out=view.numpy())
+                np.concatenate([s[key].numpy()[:, start:] for s in states], out=view.numpy())
         return out
 
 
@@ -132,7 +130,7 @@ class ModelRunner:
         with torch.inference_mode():
             q_states = [p.learner.query_state(step_key(e.step_id, p.decoded.event_time_ms))
                         for p, e in zip(wave, events)]
-            batch = self._query_buffer.stack(q_states, self.model.filled_slots(q_states))  # views of a reused buffer
+            batch = self._stack(self._query_buffer, q_states, self.model.filled_slots(q_states))
             if self.describes:
                 probs, extras = self.model.predict_described(batch, query)  # (B, K), each (B, ...)
             else:
@@ -143,7 +141,7 @@ class ModelRunner:
                 same = len(rows) == len(wave) and all(q is p.learner.state for q, p in zip(q_states, wave))
                 previous, current = [wave[b].learner.state for b in rows], batch
                 if not same:  # the query states were not all the current ones: stack what update reads
-                    current = self._update_buffer.stack(previous, self.model.filled_slots(previous, update=True))
+                    current = self._stack(self._update_buffer, previous, self.model.filled_slots(previous, update=True))
                 sub = query if same else _select(query, torch.tensor(rows))
                 for b, s in zip(rows, self.model.update_rows(current, sub, previous)):  # never buffer views
                     new_states[b] = s
@@ -152,6 +150,11 @@ class ModelRunner:
                               p.decoded.event_time_ms, p.late)
             p.learner.model_version = self.version
         return probs, extras
+
+    def _stack(self, buffer: StackBuffer, states: list[State], tail: dict[str, int] | None) -> State:
+        """The model's own stacking (states in its memory: ``KTModel.stack``), else views of ``buffer``."""
+        stacked = self.model.stack(states, tail)
+        return buffer.stack(states, tail) if stacked is None else stacked
 
 
 def _select(x: Interactions, rows: torch.Tensor) -> Interactions:

@@ -80,6 +80,11 @@ class KTModel(nn.Module):
         previous state's values as they were."""
         return split_state(self.update(state, interaction))
 
+    def stack(self, states: list[State], tail: dict[str, int] | None) -> State | None:
+        """Per-learner states stacked by the model itself (cut to ``tail`` as ``filled_slots`` says),
+        when it keeps them in memory of its own; None: the caller stacks them."""
+        return None
+
     def filled_slots(self, states: list[State], update: bool = False) -> dict[str, int] | None:
         """For per-learner states about to be stacked for ``predict`` (``update``: for ``update_rows``
         with ``previous``): the state keys whose dim 1 is a window of slots, oldest first, each with

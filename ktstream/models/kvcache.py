@@ -19,11 +19,11 @@ path's final state and the serving path's state compare exactly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
-import numpy as np
 import torch
 import torch.nn.functional as F
+
+from ktstream.models.arena import WindowArena
 
 State = dict[str, torch.Tensor]
 
@@ -135,95 +135,13 @@ def widen(state: State, width: int) -> State:
     return {k: v if k == "count" else F.pad(v, (0, 0, cut, 0) if v.dim() == 3 else (cut, 0)) for k, v in state.items()}
 
 
-def spare_slots(width: int) -> int:
-    """Spare slots after the window in the buffers ``append_rows`` makes (memory: 1 + 1/4 windows)."""
-    return max(16, width // 4)
-
-
-def append_rows(ks: KeySpace, dtype: torch.dtype, previous: list[State], width: int) -> list[State]:
+def append_rows(ks: KeySpace, previous: list[State], arena: WindowArena) -> list[State]:
     """``shift_rows`` built on each learner's previous state (``previous``, the states the batch
-    ``ks.state`` was stacked from), writing one entry per cached name instead of copying the window.
-
-    A learner's cache tensors are (1, W, ...) views into a buffer of W + ``spare_slots(W)`` slots.
-    The new entry goes into the slot after the previous view and the new state is the view one
-    slot further on: the previous state reads exactly what it read before, so a staged state
-    never changes a committed one (and a retry after an abort writes the same slot again). When
-    the spare slots are used up, or the previous tensor is not such a view, the window moves to a
-    new buffer: one window copy every ``spare_slots(W)`` updates instead of one per update
-    (a 100 KB window per event was a fifth of SAKT's engine loop), and of the filled slots only
-    (a new learner's first buffer copies nothing). CPU only.
-    """
+    ``ks.state`` was stacked from), in ``arena``: one entry written per learner and cached name
+    instead of a window copied (see ktstream.models.arena). CPU only."""
     assert ks.state is not None and all(v.shape[1] == 1 for v in ks.new.values()), "append one per learner"
-    entries = {name: v.to(dtype).numpy()[:, 0] for name, v in ks.new.items()} | {"time": ks.time[:, -1].numpy()}
-    before = ks.state["count"].numpy()  # ``ks.state`` may be cut to its filled slots; ``previous`` is whole
-    counts = torch.from_numpy(before + 1).split(1)  # (1,) each, one call for the batch
-    spare = spare_slots(width)
-    out = []
-    for b, prev in enumerate(previous):
-        keep = min(int(before[b]), width - 1)  # filled slots that stay in the window
-        row = {name: _advance(prev[name], e[b], width, spare, keep) for name, e in entries.items()}
-        row["count"] = counts[b]
-        out.append(row)
-    return out
-
-
-class _Buffer(NamedTuple):
-    """The memory a learner's windows of one cached name view: W + spare slots."""
-
-    rows: np.ndarray  # (W + spare, ...)
-    whole: torch.Tensor  # (1, W + spare, ...), the same memory
-    size: tuple[int, ...]  # of a window view: (1, W, ...)
-    stride: tuple[int, ...]
-
-
-def _advance(old: torch.Tensor, entry: np.ndarray, W: int, spare: int, keep: int) -> torch.Tensor:
-    """``old`` (1, W, ...) moved on by one slot, ending with ``entry``: written in place into the
-    next spare slot of ``old``'s own buffer, else into a new buffer with ``old``'s last ``keep``
-    entries (every earlier slot is empty: zeros)."""
-    own = _own_buffer(old)
-    if own is not None:
-        buf, first, _ = own
-        if first + W < len(buf.rows):
-            buf.rows[first + W] = entry  # the first slot after the window
-            return _view(buf, first + 1)
-    source = old.numpy()[0]
-    rows = (np.empty if keep == W - 1 else np.zeros)((W + spare, *source.shape[1:]), source.dtype)
-    if keep:
-        rows[W - 1 - keep : W - 1] = source[W - keep :]
-    rows[W - 1] = entry
-    whole = torch.from_numpy(rows).unsqueeze(0)
-    return _view(_Buffer(rows, whole, (1, W, *rows.shape[1:]), whole.stride()), 0)
-
-
-def buffer_of(t: torch.Tensor) -> np.ndarray | None:
-    """The buffer with spare slots that ``t`` views (None: ``t`` is not such a view)."""
-    own = _own_buffer(t)
-    return None if own is None else own[0].rows
-
-
-def as_numpy(t: torch.Tensor) -> np.ndarray:
-    """``t.numpy()``, sliced from the array of the buffer ``t`` views when there is one: a tenth
-    of the cost (measured under inference mode: 0.2 against 1.9 us), and stacking a wave reads
-    every cached name of every learner."""
-    own = _own_buffer(t)
-    if own is None:
-        return t.numpy()
-    buf, first, _ = own
-    return buf.rows[None, first : first + buf.size[1]]
-
-
-def _own_buffer(t: torch.Tensor) -> tuple[_Buffer, int, int] | None:
-    """(buffer, first slot, address) when ``t`` is a view ``_view`` made. Only such views carry
-    ``_buffer``, and its address must be ``t``'s own (a copy that carried the attribute along views
-    other memory): anything else, such as a decoded store blob, is never written."""
-    own = getattr(t, "_buffer", None)
-    return own if own is not None and t.data_ptr() == own[2] else None
-
-
-def _view(buf: _Buffer, first: int) -> torch.Tensor:
-    view = buf.whole.as_strided(buf.size, buf.stride, first * buf.stride[1])  # (1, W, ...) from slot first
-    view._buffer = (buf, first, view.data_ptr())
-    return view
+    entries = {name: v.to(arena.dtype).numpy()[:, 0] for name, v in ks.new.items()} | {"time": ks.time[:, -1].numpy()}
+    return arena.append(previous, entries)
 
 
 def nbytes(state: State) -> int:

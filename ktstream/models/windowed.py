@@ -29,6 +29,7 @@ from torch import nn
 
 from ktstream.data.histories import Histories, Interactions
 from ktstream.models import kvcache
+from ktstream.models.arena import ArenaState, WindowArena, count_of
 from ktstream.models.attention import Block, window
 from ktstream.models.base import KTModel, State
 
@@ -61,6 +62,7 @@ class WindowedKT(KTModel):
         self.relation_proj = nn.Linear(dim, relation_dim, bias=False) if time_decay else None
         self.head = nn.Sequential(nn.Linear(2 * dim, ffn), nn.ReLU(), nn.Dropout(dropout),
                                   nn.Linear(ffn, n_categories))
+        self._arena: WindowArena | None = None  # serving memory, not a parameter (see ``arena``)
 
     # -- family hooks ----------------------------------------------------
     def embed_question(self, items: torch.Tensor, concepts: torch.Tensor) -> torch.Tensor:
@@ -196,8 +198,20 @@ class WindowedKT(KTModel):
         dtype = CACHE_DTYPES[self.cache_dtype]
         if previous is not None and all(t.device.type == "cpu" for t in state.values()):
             # one entry written per learner, not a window copied; ``state`` may be cut (filled_slots)
-            return kvcache.append_rows(self._appended(state, interaction), dtype, previous, self.window)
+            return kvcache.append_rows(self._appended(state, interaction), previous, self.arena())
         return kvcache.shift_rows(self._appended(kvcache.widen(state, self.window), interaction), dtype)
+
+    def arena(self) -> WindowArena:
+        """The memory of the windows ``update_rows`` builds on previous states (made on first use)."""
+        if self._arena is None:
+            self._arena = WindowArena(self.cache_dims(), self.window, CACHE_DTYPES[self.cache_dtype])
+        return self._arena
+
+    def stack(self, states: list[State], tail: dict[str, int] | None) -> State | None:
+        """States in this model's arena are gathered from it, one copy per name for the batch."""
+        if self._arena is None or not any(isinstance(s, ArenaState) for s in states):
+            return None
+        return self._arena.gather(states, self.window if tail is None else tail["time"])
 
     def filled_slots(self, states: list[State], update: bool = False) -> dict[str, int] | None:
         """The last min(W, most interactions any of them applied) slots: the earlier ones are empty
@@ -205,12 +219,12 @@ class WindowedKT(KTModel):
         cost what they hold, not a whole window. ``update_rows`` reads no slot unless encoder stacks
         attend over them: it appends to ``previous``. CPU states only (``update_rows`` appends in
         place there)."""
-        if states[0]["count"].device.type != "cpu":
+        if not isinstance(states[0], ArenaState) and states[0]["count"].device.type != "cpu":
             return None
         if update and not self.encoders:
             filled = 0
         else:
-            filled = min(self.window, int(torch.cat([s["count"] for s in states]).max()))
+            filled = min(self.window, max(count_of(s) for s in states))
         return None if filled == self.window else dict.fromkeys([*self.cache_dims(), "time"], filled)
 
     def _appended(self, state: State, interaction: Interactions) -> kvcache.KeySpace:

@@ -36,9 +36,9 @@ def test_lru_eviction_by_bytes():
     assert cache.evict("a") is not None and "a" not in cache
 
 
-def test_an_attention_cache_counts_its_whole_buffer_once():
-    """A cache written into spare slots holds its buffer: the bound in bytes counts all of it, once,
-    also when the state at the step's start views the same buffer."""
+def test_an_attention_cache_counts_its_whole_row_once():
+    """A cache appended into spare slots holds its arena row: the bound in bytes counts all of it,
+    once, also when the state at the step's start is in the same row."""
     model = create("sakt", n_items=10, n_concepts=5, window=8, dim=8, heads=2, ffn=16).eval()
     q = Interactions(torch.tensor([3]), torch.tensor([[2]]), torch.tensor([1]),
                      torch.tensor([1.7e9], dtype=torch.float64))
@@ -46,10 +46,10 @@ def test_an_attention_cache_counts_its_whole_buffer_once():
         start = model.init_state(1)
         first = model.update_rows(start, q, [start])[0]
         second = model.update_rows(first, q, [first])[0]
-    buffers = sum(v.untyped_storage().nbytes() for k, v in first.items() if k != "count")
-    assert buffers == sum(v.nbytes for k, v in first.items() if k != "count") * (8 + 16) // 8
+    row = sum(v.nbytes for k, v in first.items() if k != "count") * (8 + 16) // 8  # W + spare slots
+    assert second.row is first.row
     st = LearnerState("a", second, "v1", step_state=first)
-    assert st.nbytes == buffers + 2 * 8 + OVERHEAD_BYTES + 1  # two count tensors, the buffers once
+    assert st.nbytes == row + 8 + OVERHEAD_BYTES + 1  # the row and a count, once
 
 
 def test_working_copy_carries_every_field_and_shares_no_mutable_state():

@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from ktstream.data.histories import collate
+from ktstream.models import arena as arena_module
 from ktstream.models import create, family, kvcache
+from ktstream.models.arena import ArenaState
 from ktstream.models.base import stack_states
 from ktstream.models.attention import HeadRouter, WindowAttention
 from ktstream.models.serving import replay
@@ -250,35 +252,65 @@ def test_a_cached_learner_is_independent_of_batch_order(make_histories):
 
 
 @pytest.mark.parametrize("cache_dtype", ["float32", "float16"])
-def test_caches_are_written_in_place_only_in_buffers_of_their_own(cache_dtype, make_histories):
-    """A learner's next cache is written into spare slots only of a buffer ``append_rows`` made:
-    previous states that view other memory (here, rows of one batch, as a decoded store blob may,
-    or a tensor that carries the buffer's attribute without being its view) are copied, never
-    written past, and the buffer grows by a quarter window at most."""
+def test_caches_are_appended_in_place_in_the_arena_only(cache_dtype, make_histories):
+    """``update_rows`` on previous states writes into its model's arena only: previous states that
+    view other memory (here rows of one batch, as a decoded store blob may) are copied into rows
+    and never written; a state in the arena moves on one slot within its row, a retry from the
+    same state writes the same slot again, and when the row's spare slots are used up the window
+    moves to another row. Every state equals ``update``'s and no earlier state changes."""
     model = build("sakt", cache_dtype=cache_dtype)
-    _, hist = make_histories([W + 3, W + 3, W + 3], N_ITEMS, N_CONCEPTS, 2, seed=23)
+    spare = arena_module.spare_slots(W)
+    T = W + 2 + spare + 3
+    _, hist = make_histories([T + 1] * 3, N_ITEMS, N_CONCEPTS, 2, seed=23)
+    made = []
     with torch.inference_mode():
         _, batch = replay(model, hist.window(0, W + 2))
         before = {k: v.clone() for k, v in batch.items()}
-        views = [{k: v[b:b + 1] for k, v in batch.items()} for b in range(3)]
-        rows = model.update_rows(batch, hist.at(W + 2), views)
-        again = model.update_rows(stack_states(rows), hist.at(W + 2), rows)
-        forged = [{k: v + 1 if k != "count" else v for k, v in a.items()} for a in again]  # memory of its own
-        for f, a in zip(forged, again):
-            for k in f:
-                if hasattr(a[k], "_buffer"):
-                    f[k]._buffer = a[k]._buffer  # an attribute carried over to other memory (a copy's)
-        from_forged = model.update_rows(stack_states(forged), hist.at(W + 2), forged)
-        expected_forged = model.update(stack_states(forged), hist.at(W + 2))
-    assert all(torch.equal(r[k], expected_forged[k][b:b + 1]) for b, r in enumerate(from_forged) for k in r)
-    assert all(torch.equal(batch[k], before[k]) for k in batch), "wrote into memory it does not own"
-    expected = model.update(batch, hist.at(W + 2))
-    assert all(torch.equal(r[k], expected[k][b:b + 1]) for b, r in enumerate(rows) for k in r)
-    for r, a in zip(rows, again):  # the second update wrote in place: same buffer, one slot on
-        k = "retriever_0_k"
-        assert a[k].untyped_storage().data_ptr() == r[k].untyped_storage().data_ptr()
-        assert a[k].storage_offset() == r[k].storage_offset() + r[k].stride(1)
-        assert r[k].untyped_storage().nbytes() == (W + kvcache.spare_slots(W)) * r[k][0, 0].nbytes
+        rows = [{k: v[b:b + 1] for k, v in batch.items()} for b in range(3)]
+        for t in range(W + 2, T):
+            stacked = stack_states(rows)
+            expected = model.update(stacked, hist.at(t))
+            model.update_rows(stacked, hist.at(t), rows)  # staged, then dropped (an abort)
+            new = model.update_rows(stacked, hist.at(t), rows)
+            assert all(isinstance(r, ArenaState) for r in new)
+            assert all(states_equal(r, {k: v[b:b + 1] for k, v in expected.items()}, atol=0)
+                       for b, r in enumerate(new))
+            for old, r in zip(rows, new):
+                if t == W + 2:  # copied out of the batch
+                    assert r.first == 0
+                elif old.first + W < W + spare:  # in place: same row, one slot on
+                    assert r.row is old.row and r.first == old.first + 1
+                else:  # spare slots used up: another row
+                    assert r.row is not old.row and r.first == 0
+            made += [(r, {k: v.clone() for k, v in r.items()}) for r in new]
+            rows = new
+        assert all(torch.equal(batch[k], before[k]) for k in batch), "wrote into memory it does not own"
+        assert all(all(torch.equal(s[k], v) for k, v in values.items()) for s, values in made), "a state changed"
+    assert {r.first for r in rows} == {1}  # copied in, ``spare`` appends in place, moved, one more
+
+
+def test_arena_rows_are_reused_only_when_nothing_refers_to_them(make_histories):
+    """A row goes back to the arena when the last state or tensor made from it goes (the cache
+    evicting a learner, the engine dropping a staged state), and a new learner taking it sees
+    empty slots, not the earlier learner's."""
+    model = build("sakt")
+    _, hist = make_histories([W, W], N_ITEMS, N_CONCEPTS, 2, seed=24)
+    with torch.inference_mode():
+        rows = [model.init_state(1)] * 2
+        for t in range(W - 1):
+            rows = model.update_rows(stack_states(rows), hist.at(t), rows)
+        arena, taken = model.arena(), {r.row.index for r in rows}
+        assert len(taken) == 2 and not taken & set(arena.free)
+        view = rows[0]["retriever_0_k"]
+        del rows
+        assert len(taken & set(arena.free)) == 1, "a row was freed while a view of it lives"
+        del view
+        assert taken <= set(arena.free)
+        start = [model.init_state(1)] * 2
+        new = model.update_rows(stack_states(start), hist.at(W - 1), start)
+        expected = model.update(stack_states(start), hist.at(W - 1))
+    assert {r.row.index for r in new} == taken  # the freed rows, taken again
+    assert all(states_equal(r, {k: v[b:b + 1] for k, v in expected.items()}, atol=0) for b, r in enumerate(new))
 
 
 @pytest.mark.parametrize("name,option", itertools.product(FAMILIES, OPTIONS))

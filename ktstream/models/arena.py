@@ -35,12 +35,19 @@ def spare_slots(width: int) -> int:
     return max(16, width // 4)
 
 
+#: Memory an arena reserves at first (the engine's default cache bound). np.zeros leaves pages never
+#: written untouched, so rows not yet used cost address space only; beyond it the arena grows by
+#: copying (a pause of tens of milliseconds per 100 MB).
+RESERVE_BYTES = 512 << 20
+
+
 class WindowArena:
-    def __init__(self, dims: dict[str, int], width: int, dtype: torch.dtype, rows: int = 64):
+    def __init__(self, dims: dict[str, int], width: int, dtype: torch.dtype, rows: int | None = None):
         self.dims, self.width, self.dtype = dict(dims), width, dtype
         self.slots = width + spare_slots(width)
         np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-        # np.zeros: pages of rows never used are never touched, so spare capacity costs no memory
+        if rows is None:
+            rows = max(64, RESERVE_BYTES // (self.slots * (sum(dims.values()) * np_dtype.itemsize + 8)))
         self.arrays = {name: np.zeros((rows, self.slots, d), np_dtype) for name, d in dims.items()}
         self.arrays["time"] = np.zeros((rows, self.slots), np.float64)
         self.free = list(range(rows - 1, -1, -1))
@@ -54,11 +61,12 @@ class WindowArena:
 
     def _grow(self) -> None:
         """Twice the rows. States keep their row numbers; tensors made before read the old copy,
-        whose slots they see are never written again."""
+        whose slots they see are never written again. Rows never used are zeros: not copied."""
         old = len(self.used)
+        written = int(np.flatnonzero(self.used)[-1]) + 1 if self.used.any() else 0
         for name, a in self.arrays.items():
             new = np.zeros((2 * old, *a.shape[1:]), a.dtype)
-            new[:old] = a
+            new[:written] = a[:written]
             self.arrays[name] = new
         self.used = np.concatenate([self.used, np.zeros(old, bool)])
         self.free[:0] = range(2 * old - 1, old - 1, -1)

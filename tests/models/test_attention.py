@@ -313,6 +313,25 @@ def test_arena_rows_are_reused_only_when_nothing_refers_to_them(make_histories):
     assert all(states_equal(r, {k: v[b:b + 1] for k, v in expected.items()}, atol=0) for b, r in enumerate(new))
 
 
+def test_an_arena_grows_without_changing_any_state(make_histories):
+    """More learners than reserved rows: the arena grows, every state still equals ``update``'s and
+    tensors read before the growth still read what they did."""
+    model = build("sakt")
+    model._arena = arena_module.WindowArena(model.cache_dims(), W, torch.float32, rows=2)
+    _, hist = make_histories([W + 2] * 5, N_ITEMS, N_CONCEPTS, 2, seed=26)
+    with torch.inference_mode():
+        rows = [model.init_state(1)] * 5
+        first = model.update_rows(stack_states(rows[:1]), hist.select([0]).at(0), rows[:1])
+        early = {k: (v, v.clone()) for k, v in first[0].items()}
+        for t in range(W + 2):
+            expected = model.update(stack_states(rows), hist.at(t))
+            rows = model.update_rows(stack_states(rows), hist.at(t), rows)
+            assert all(states_equal(r, {k: v[b:b + 1] for k, v in expected.items()}, atol=0)
+                       for b, r in enumerate(rows))
+    assert len(model.arena().used) >= 8
+    assert all(torch.equal(view, copy) for view, copy in early.values())
+
+
 @pytest.mark.parametrize("name,option", itertools.product(FAMILIES, OPTIONS))
 def test_a_batch_cut_to_its_filled_slots_serves_as_the_whole_window(name, option, make_histories):
     """``filled_slots``: learners with short histories stacked without their empty leading slots

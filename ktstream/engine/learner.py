@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 from ktstream.engine.records import TopicPartition
 from ktstream.models.base import State
-from ktstream.models.arena import ArenaState
+from ktstream.models.arena import RowState
 
 #: Rough cost of the Python objects around the tensors (dataclass, dict, strings).
 OVERHEAD_BYTES = 400
@@ -61,11 +61,11 @@ def _record_key(rec: WindowRecord) -> tuple[str, Any] | None:
 
 
 def memory_nbytes(*states: State | None) -> int:
-    """Bytes of memory the states hold, each piece once: an attention cache in an arena counts its
-    whole row (spare slots included; often shared with the state at the step's start)."""
+    """Bytes of memory the states hold, each piece once: a state in an arena counts its whole row
+    (an attention cache's spare slots included; often shared with the state at the step's start)."""
     held = {}
     for state in states:
-        if isinstance(state, ArenaState):
+        if isinstance(state, RowState):
             held[id(state.row)] = state.nbytes
         else:
             held.update((id(t), t.nbytes) for t in (state or {}).values())

@@ -1,10 +1,11 @@
-"""Preallocated memory for the key/value windows of many learners (CPU serving).
+"""Preallocated memory for the states of many learners (CPU serving).
 
-Per cached name (and ``time``) one (rows, W + spare, ...) numpy array; a learner's cache
-is a row of it and the slot its window starts at (``ArenaState``), so a wave of learners
-is stacked with one gather per name and updated with one scatter per name, instead of
-Python work per learner and name (measured on SAKT's 600-learner waves: stack + append
-18.4 -> 1.5 us per learner).
+Per state key one numpy array with a row per learner, so that a wave of learners is
+stacked with one gather per key and updated with one scatter per key, instead of Python
+work per learner and key (measured on SAKT's 600-learner waves: stack + append 18.4 -> 1.5
+us per learner). ``RowArena`` holds fixed-shape states (an update writes fresh rows);
+``WindowArena`` holds key/value windows, (rows, W + spare, ...) per cached name and
+``time``, a learner's cache being a row and the slot its window starts at (``ArenaState``).
 
 Appending one interaction writes the slot after the window and moves the window one slot
 on, within the row: the previous state reads exactly what it read before, so a staged
@@ -14,13 +15,14 @@ window copy every ``spare_slots(W)`` updates). A row is free again when no state
 tensor made from one refers to it (``Row`` returns it when it is collected), so the
 cache evicting a learner, or the engine dropping a staged state, frees its memory.
 
-An ``ArenaState`` is a read-only mapping of the same (1, W, ...) tensors as any other
-cache state (``kvcache``): whatever does not know the arena (the store's codec, rebuilds,
-tests) reads it as a plain state, through views of the row.
+A ``RowState`` (``ArenaState``) is a read-only mapping of the same (1, ...) tensors as any
+other state: whatever does not know the arena (the store's codec, rebuilds, tests) reads
+it as a plain state, through views of the row.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Iterator
 
@@ -41,55 +43,77 @@ def spare_slots(width: int) -> int:
 RESERVE_BYTES = 512 << 20
 
 
-class WindowArena:
+class _Arena:
+    """Rows of per-key numpy arrays, a free list and growth; subclasses decide what a row holds."""
+
+    def __init__(self, row_shapes: dict[str, tuple[int, ...]], dtypes: dict[str, np.dtype], rows: int | None):
+        row_nbytes = sum(math.prod(shape) * np.dtype(dtypes[k]).itemsize for k, shape in row_shapes.items())
+        rows = max(64, RESERVE_BYTES // max(row_nbytes, 1)) if rows is None else rows
+        # np.zeros: pages of rows never used are never touched, so spare capacity costs no memory
+        self.arrays = {k: np.zeros((rows, *shape), dtypes[k]) for k, shape in row_shapes.items()}
+        self.free: list[int] = []  # rows given back, taken again first (last in, first out)
+        self.top = 0  # rows from here on were never taken
+        self.used = np.zeros(rows, bool)  # written since it was made: no longer all zeros
+        self.row_nbytes = row_nbytes
+
+    def allocate(self, n: int) -> list["Row"]:
+        reused = [Row(self, self.free.pop()) for _ in range(min(n, len(self.free)))]
+        n -= len(reused)
+        while self.top + n > len(self.used):
+            self._grow()
+        self.top += n
+        return reused + [Row(self, i) for i in range(self.top - n, self.top)]
+
+    def _grow(self) -> None:
+        """Twice the rows. States keep their row numbers; tensors made before read the old copy,
+        whose slots they see are never written again. Rows never taken are zeros: not copied."""
+        old = len(self.used)
+        for name, a in self.arrays.items():
+            new = np.zeros((2 * old, *a.shape[1:]), a.dtype)
+            new[: self.top] = a[: self.top]
+            self.arrays[name] = new
+        self.used = np.concatenate([self.used, np.zeros(old, bool)])
+
+    def _gather(self, states: list[State], take) -> State:
+        """Per key, ``take(array, rows)`` for the states in this arena and the same cut of every
+        other state (a new learner's initial state, a rebuilt or restored one), copied one by one."""
+        mine = [b for b, s in enumerate(states) if isinstance(s, RowState) and s.row.arena is self]
+        others = [b for b in range(len(states)) if not (isinstance(states[b], RowState) and states[b].row.arena is self)]
+        rows = np.fromiter((states[b].row.index for b in mine), np.intp, len(mine))
+        out = {}
+        for name, a in self.arrays.items():
+            got = take(a, rows, mine)
+            if others:
+                x = np.empty((len(states), *got.shape[1:]), a.dtype)
+                x[mine] = got
+                for b in others:
+                    x[b] = take(states[b][name].numpy(), None, None)[0]
+                got = x
+            out[name] = torch.from_numpy(got)
+        return out
+
+
+class WindowArena(_Arena):
     def __init__(self, dims: dict[str, int], width: int, dtype: torch.dtype, rows: int | None = None):
         self.dims, self.width, self.dtype = dict(dims), width, dtype
         self.slots = width + spare_slots(width)
         np_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-        if rows is None:
-            rows = max(64, RESERVE_BYTES // (self.slots * (sum(dims.values()) * np_dtype.itemsize + 8)))
-        self.arrays = {name: np.zeros((rows, self.slots, d), np_dtype) for name, d in dims.items()}
-        self.arrays["time"] = np.zeros((rows, self.slots), np.float64)
-        self.free = list(range(rows - 1, -1, -1))
-        self.used = np.zeros(rows, bool)  # written since it was made: no longer all zeros
-        self.row_nbytes = sum(a[0].nbytes for a in self.arrays.values())
-
-    def allocate(self, n: int) -> list["Row"]:
-        while len(self.free) < n:
-            self._grow()
-        return [Row(self, self.free.pop()) for _ in range(n)]
-
-    def _grow(self) -> None:
-        """Twice the rows. States keep their row numbers; tensors made before read the old copy,
-        whose slots they see are never written again. Rows never used are zeros: not copied."""
-        old = len(self.used)
-        written = int(np.flatnonzero(self.used)[-1]) + 1 if self.used.any() else 0
-        for name, a in self.arrays.items():
-            new = np.zeros((2 * old, *a.shape[1:]), a.dtype)
-            new[:written] = a[:written]
-            self.arrays[name] = new
-        self.used = np.concatenate([self.used, np.zeros(old, bool)])
-        self.free[:0] = range(2 * old - 1, old - 1, -1)
+        shapes = {name: (self.slots, d) for name, d in dims.items()} | {"time": (self.slots,)}
+        super().__init__(shapes, dict.fromkeys(dims, np_dtype) | {"time": np.float64}, rows)
 
     def gather(self, states: list[State], tail: int) -> State:
-        """(B, tail, ...) per name: the last ``tail`` slots of each learner's window, and counts.
-        States not in this arena (a new learner's initial state, a rebuilt or restored one) are
-        copied one by one."""
-        W, B = self.width, len(states)
-        mine = [b for b, s in enumerate(states) if isinstance(s, ArenaState) and s.row.arena is self]
-        rows = np.fromiter((states[b].row.index for b in mine), np.intp, len(mine))[:, None]
-        slots = np.fromiter((states[b].first for b in mine), np.intp, len(mine))[:, None] + np.arange(W - tail, W)
-        others = [b for b in range(B) if not (isinstance(states[b], ArenaState) and states[b].row.arena is self)]
-        out = {}
-        for name, a in self.arrays.items():
-            if not others:
-                x = a[rows, slots]
-            else:
-                x = np.empty((B, tail, *a.shape[2:]), a.dtype)
-                x[mine] = a[rows, slots]
-                for b in others:
-                    x[b] = states[b][name].numpy()[0, W - tail:]
-            out[name] = torch.from_numpy(x)
+        """(B, tail, ...) per name: the last ``tail`` slots of each learner's window, and counts."""
+        W, slots = self.width, []
+
+        def take(a: np.ndarray, rows: np.ndarray | None, mine: list[int] | None) -> np.ndarray:
+            if rows is None:  # a (1, W, ...) state of its own
+                return a[:, W - tail:]
+            if not slots:  # the same slots for every name
+                firsts = np.fromiter((states[b].first for b in mine), np.intp, len(mine))
+                slots.append(firsts[:, None] + np.arange(W - tail, W))
+            return a[rows[:, None], slots[0]]
+
+        out = self._gather(states, take)
         out["count"] = torch.tensor([count_of(s) for s in states])
         return out
 
@@ -131,6 +155,44 @@ class WindowArena:
         return WindowArena, (self.dims, self.width, self.dtype)
 
 
+class RowArena(_Arena):
+    """Fixed-shape states (an LSTM's hidden and cell state, a value memory): a learner's state is
+    one row per key, and an update writes the wave's new states into fresh rows with one copy per
+    key instead of one tensor per learner and key (``split_state``); the previous rows are freed
+    when nothing refers to them."""
+
+    def __init__(self, like: State, rows: int | None = None):
+        self.shapes = {k: tuple(v.shape[1:]) for k, v in like.items()}
+        self.dtypes = {k: v.dtype for k, v in like.items()}
+        super().__init__(self.shapes, {k: torch.empty(0, dtype=d).numpy().dtype for k, d in self.dtypes.items()}, rows)
+
+    def fits(self, state: State) -> bool:
+        return all(k in self.shapes and tuple(v.shape[1:]) == self.shapes[k] and v.dtype == self.dtypes[k]
+                   for k, v in state.items()) and len(state) == len(self.shapes)
+
+    def store(self, batch: State) -> list["RowState"]:
+        """Each learner's row of ``batch`` (leading dim B) in a fresh row."""
+        taken = self.allocate(len(next(iter(batch.values()))))
+        rows = np.fromiter((r.index for r in taken), np.intp, len(taken))
+        for name, a in self.arrays.items():
+            a[rows] = batch[name].numpy()
+        self.used[rows] = True
+        return [RowState(r) for r in taken]
+
+    def gather(self, states: list[State]) -> State:
+        return self._gather(states, lambda a, rows, _: a if rows is None else a[rows])
+
+    def __deepcopy__(self, memo) -> "RowArena":
+        return RowArena({k: torch.zeros(1, *s, dtype=self.dtypes[k]) for k, s in self.shapes.items()})
+
+    def __reduce__(self):
+        return _row_arena, (self.shapes, self.dtypes)
+
+
+def _row_arena(shapes, dtypes) -> RowArena:
+    return RowArena({k: torch.zeros(1, *s, dtype=dtypes[k]) for k, s in shapes.items()})
+
+
 class Row:
     """A taken row of an arena; returned to it when the last state or tensor using it goes."""
 
@@ -143,11 +205,39 @@ class Row:
         self.arena.free.append(self.index)
 
 
-class ArenaState(Mapping):
-    """A learner's cache in an arena: ``row``, the window's ``first`` slot and ``count``. Reads as a
-    state dict of (1, W, ...) views (plus ``count``); never written through."""
+class RowState(Mapping):
+    """A learner's state in a ``RowArena`` row. Reads as a state dict of (1, ...) views; never
+    written through."""
 
-    __slots__ = ("row", "first", "count")
+    __slots__ = ("row",)
+
+    def __init__(self, row: Row):
+        self.row = row
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self._view(self.row.arena.arrays[key][self.row.index][None])
+
+    def _view(self, array: np.ndarray) -> torch.Tensor:
+        t = torch.from_numpy(array)
+        t._row = self.row  # the row stays taken while this view lives
+        return t
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.row.arena.arrays)
+
+    def __len__(self) -> int:
+        return len(self.row.arena.arrays)
+
+    @property
+    def nbytes(self) -> int:
+        return self.row.arena.row_nbytes
+
+
+class ArenaState(RowState):
+    """A learner's cache in a ``WindowArena``: ``row``, the window's ``first`` slot and ``count``.
+    Reads as a state dict of (1, W, ...) views plus ``count``."""
+
+    __slots__ = ("first", "count")
 
     def __init__(self, row: Row, first: int, count: int):
         self.row, self.first, self.count = row, first, count
@@ -156,9 +246,7 @@ class ArenaState(Mapping):
         if key == "count":
             return torch.tensor([self.count])
         arena = self.row.arena
-        t = torch.from_numpy(arena.arrays[key][self.row.index, self.first : self.first + arena.width][None])
-        t._row = self.row  # the row stays taken while this view lives
-        return t
+        return self._view(arena.arrays[key][self.row.index, self.first : self.first + arena.width][None])
 
     def __iter__(self) -> Iterator[str]:
         return iter([*self.row.arena.arrays, "count"])

@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from ktstream.data.histories import Histories, Interactions
+from ktstream.models.arena import RowArena, RowState
 
 State = dict[str, torch.Tensor]
 
@@ -52,6 +53,7 @@ class KTModel(nn.Module):
         self.n_items = n_items
         self.n_concepts = n_concepts
         self.n_categories = n_categories
+        self._arena = None  # serving memory of per-learner states (ktstream.models.arena), made on first use
 
     # -- training path ---------------------------------------------------
     def forward(self, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State | None]:
@@ -78,12 +80,20 @@ class KTModel(nn.Module):
         ``state`` was stacked from: models whose new state is mostly the old one moved (key/value
         caches) override this to build each learner's state on its previous memory, leaving the
         previous state's values as they were."""
-        return split_state(self.update(state, interaction))
+        new = self.update(state, interaction)
+        if previous is None or not _plain_cpu(new):
+            return split_state(new)
+        if self._arena is None or not self._arena.fits(new):
+            self._arena = RowArena(new)
+        return self._arena.store(new)  # one copy per key for the wave (ktstream.models.arena)
 
     def stack(self, states: list[State], tail: dict[str, int] | None) -> State | None:
         """Per-learner states stacked by the model itself (cut to ``tail`` as ``filled_slots`` says),
-        when it keeps them in memory of its own; None: the caller stacks them."""
-        return None
+        when it keeps them in memory of its own (``update_rows`` on previous states puts them in rows
+        of an arena); None: the caller stacks them."""
+        if self._arena is None or not any(isinstance(s, RowState) for s in states):
+            return None
+        return self._arena.gather(states)
 
     def filled_slots(self, states: list[State], update: bool = False) -> dict[str, int] | None:
         """For per-learner states about to be stacked for ``predict`` (``update``: for ``update_rows``
@@ -120,12 +130,17 @@ def split_state(state: State) -> list[State]:
     CPU tensors are copied row by row through numpy, a third of torch's per-call overhead
     (measured: 12 -> 5 us per DKT learner), the same bytes.
     """
-    if all(v.device.type == "cpu" and v.dtype != torch.bfloat16 and not v.requires_grad for v in state.values()):
+    if _plain_cpu(state):
         arrays = {k: v.numpy() for k, v in state.items()}
         n = next(iter(arrays.values())).shape[0]
         return [{k: torch.from_numpy(a[b : b + 1].copy()) for k, a in arrays.items()} for b in range(n)]
     columns = {k: [row.clone() for row in v.split(1)] for k, v in state.items()}  # one split per key
     return [dict(zip(columns, rows)) for rows in zip(*columns.values())]
+
+
+def _plain_cpu(state: State) -> bool:
+    """Every tensor on the CPU, numpy-compatible and outside autograd: it can be copied as arrays."""
+    return all(v.device.type == "cpu" and v.dtype != torch.bfloat16 and not v.requires_grad for v in state.values())
 
 
 def select_state(state: State, rows: torch.Tensor) -> State:

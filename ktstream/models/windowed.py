@@ -62,7 +62,6 @@ class WindowedKT(KTModel):
         self.relation_proj = nn.Linear(dim, relation_dim, bias=False) if time_decay else None
         self.head = nn.Sequential(nn.Linear(2 * dim, ffn), nn.ReLU(), nn.Dropout(dropout),
                                   nn.Linear(ffn, n_categories))
-        self._arena: WindowArena | None = None  # serving memory, not a parameter (see ``arena``)
 
     # -- family hooks ----------------------------------------------------
     def embed_question(self, items: torch.Tensor, concepts: torch.Tensor) -> torch.Tensor:

@@ -153,6 +153,32 @@ def test_updates_built_on_previous_states_leave_every_earlier_state_as_it_was(na
         assert all(torch.equal(state[k], values[k]) for k in state), f"{name}: an earlier state changed"
 
 
+@pytest.mark.parametrize("name", names())
+def test_states_kept_in_the_models_memory_stack_as_plain_ones_and_free_it(name, make_histories):
+    """``update_rows`` on previous states keeps them in the model's arena: the model stacks them
+    (mixed with plain states, as new learners' are) exactly as ``stack_states`` would, and their
+    rows go back to the arena once nothing refers to them."""
+    model = build(name)
+    _, hist = make_histories([6, 6, 6], N_ITEMS, N_CONCEPTS, 2, seed=10)
+    with torch.inference_mode():
+        rows = split_state(model.init_state(3))
+        for t in range(5):
+            rows = model.update_rows(stack_states(rows), hist.at(t), rows)
+        mixed = [rows[0], model.init_state(1), rows[2]]
+        tail = model.filled_slots(mixed)
+        stacked = model.stack(mixed, tail)
+        whole = stack_states([{k: v for k, v in s.items()} for s in mixed])
+        if tail:
+            whole = {k: v[:, v.shape[1] - tail[k]:] if k in tail else v for k, v in whole.items()}
+        arena = model._arena
+    assert stacked is not None and stacked.keys() == whole.keys()
+    assert all(torch.equal(stacked[k], whole[k]) for k in whole), name
+    taken = {r.row.index for r in rows}
+    assert not taken & set(arena.free)
+    del rows, mixed
+    assert taken <= set(arena.free), f"{name}: rows not returned"
+
+
 @pytest.mark.parametrize("name", [n for n in names() if family(n).carries_state])
 def test_chunked_forward_with_carried_state_equals_full(name, make_histories):
     model = build(name)

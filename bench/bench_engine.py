@@ -118,6 +118,11 @@ def make_engine(cfg: str, s, serving: dict) -> Engine:
     if cfg != "passthrough":
         name, s = model_config(cfg, s)
         return build_engine(s, serving[name], source, sink)
+    return passthrough_engine(s, source, sink)
+
+
+def passthrough_engine(s, source, sink) -> Engine:
+    """The engine loop around ``Passthrough`` instead of a model's processor."""
     e = s.engine
     processor = Passthrough(s.kafka.topics.predictions, s.kafka.topics.dead_letters, e.max_record_bytes)
     return Engine(source, sink, processor, EngineMetrics(), e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s)

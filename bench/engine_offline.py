@@ -34,13 +34,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from bench_engine import Passthrough, model_config, serving_models, throughput_load  # noqa: E402
+from bench_engine import model_config, passthrough_engine, serving_models, throughput_load  # noqa: E402
 from ktstream.config import load_settings  # noqa: E402
 from ktstream.data.histories import build_vocabularies  # noqa: E402
 from ktstream.engine import MemorySink, MemorySource, Record  # noqa: E402
-from ktstream.engine.engine import Engine  # noqa: E402
 from ktstream.engine.service import build_engine, tune_gc  # noqa: E402
-from ktstream.metrics import EngineMetrics  # noqa: E402
 
 PARTITIONS = 4
 
@@ -60,9 +58,7 @@ def engine_for(cfg: str, serving: dict, recs: list[Record]):
     s = load_settings(None, kafka=dict(topics=dict(events="bench.events", predictions="p", dead_letters="d")),
                       engine=dict(max_batch=1000), metrics=dict(port=0))
     if cfg == "passthrough":
-        e = s.engine
-        processor = Passthrough(s.kafka.topics.predictions, s.kafka.topics.dead_letters, e.max_record_bytes)
-        return Engine(MemorySource(recs), MemorySink(), processor, EngineMetrics(), e.max_batch)
+        return passthrough_engine(s, MemorySource(recs), MemorySink())
     name, s = model_config(cfg, s)
     return build_engine(s, serving[name], MemorySource(recs), MemorySink())
 

@@ -53,7 +53,7 @@ class _Arena:
         self.arrays = {k: np.zeros((rows, *shape), dtypes[k]) for k, shape in row_shapes.items()}
         self.free: list[int] = []  # rows given back, taken again first (last in, first out)
         self.top = 0  # rows from here on were never taken
-        self.used = np.zeros(rows, bool)  # written since it was made: no longer all zeros
+        self.used = np.zeros(rows, bool)  # a window row written since it was made: no longer all zeros
         self.row_nbytes = row_nbytes
 
     def allocate(self, n: int) -> list["Row"]:
@@ -103,9 +103,11 @@ class WindowArena(_Arena):
         shapes = {name: (self.slots, d) for name, d in dims.items()} | {"time": (self.slots,)}
         super().__init__(shapes, dict.fromkeys(dims, np_dtype) | {"time": np.float64}, rows)
 
-    def gather(self, states: list[State], tail: int) -> State:
-        """(B, tail, ...) per name: the last ``tail`` slots of each learner's window, and counts."""
+    def gather(self, states: list[State], tail: dict[str, int] | None) -> State:
+        """(B, L, ...) per name: the last L slots of each learner's window (L from ``tail``, as
+        ``filled_slots`` gives it; None: the whole window), and counts."""
         W, S, flat = self.width, self.slots, []
+        tail = W if tail is None else tail["time"]
 
         def take(a: np.ndarray, rows: np.ndarray | None, mine: list[int] | None) -> np.ndarray:
             if rows is None:  # a (1, W, ...) state of its own
@@ -187,14 +189,14 @@ class RowArena(_Arena):
         rows = np.fromiter((r.index for r in taken), np.intp, len(taken))
         for name, a in self.arrays.items():
             a[rows] = batch[name].numpy()
-        self.used[rows] = True
         return [RowState(r) for r in taken]
 
-    def gather(self, states: list[State]) -> State:
+    def gather(self, states: list[State], tail: dict[str, int] | None = None) -> State:
+        """(B, ...) per key (``tail`` is for windows: fixed-shape states are stacked whole)."""
         return self._gather(states, lambda a, rows, _: a if rows is None else a[rows])
 
     def __deepcopy__(self, memo) -> "RowArena":
-        return RowArena({k: torch.zeros(1, *s, dtype=self.dtypes[k]) for k, s in self.shapes.items()})
+        return _row_arena(self.shapes, self.dtypes)  # a copied model starts with no learners
 
     def __reduce__(self):
         return _row_arena, (self.shapes, self.dtypes)

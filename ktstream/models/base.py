@@ -93,7 +93,7 @@ class KTModel(nn.Module):
         of an arena); None: the caller stacks them."""
         if self._arena is None or not any(isinstance(s, RowState) for s in states):
             return None
-        return self._arena.gather(states)
+        return self._arena.gather(states, tail)
 
     def filled_slots(self, states: list[State], update: bool = False) -> dict[str, int] | None:
         """For per-learner states about to be stacked for ``predict`` (``update``: for ``update_rows``

@@ -194,23 +194,17 @@ class WindowedKT(KTModel):
         return kvcache.shift(self._appended(state, interaction), CACHE_DTYPES[self.cache_dtype])
 
     def update_rows(self, state: State, interaction: Interactions, previous: list[State] | None = None) -> list[State]:
-        dtype = CACHE_DTYPES[self.cache_dtype]
         if previous is not None and all(t.device.type == "cpu" for t in state.values()):
             # one entry written per learner, not a window copied; ``state`` may be cut (filled_slots)
             return kvcache.append_rows(self._appended(state, interaction), previous, self.arena())
-        return kvcache.shift_rows(self._appended(kvcache.widen(state, self.window), interaction), dtype)
+        return kvcache.shift_rows(self._appended(kvcache.widen(state, self.window), interaction),
+                                  CACHE_DTYPES[self.cache_dtype])
 
     def arena(self) -> WindowArena:
         """The memory of the windows ``update_rows`` builds on previous states (made on first use)."""
         if self._arena is None:
             self._arena = WindowArena(self.cache_dims(), self.window, CACHE_DTYPES[self.cache_dtype])
         return self._arena
-
-    def stack(self, states: list[State], tail: dict[str, int] | None) -> State | None:
-        """States in this model's arena are gathered from it, one copy per name for the batch."""
-        if self._arena is None or not any(isinstance(s, ArenaState) for s in states):
-            return None
-        return self._arena.gather(states, self.window if tail is None else tail["time"])
 
     def filled_slots(self, states: list[State], update: bool = False) -> dict[str, int] | None:
         """The last min(W, most interactions any of them applied) slots: the earlier ones are empty

@@ -74,8 +74,15 @@ class DKT(KTModel):
         return self._head(state["h"][:, -1], query.items, query.concepts).exp()
 
     def update(self, state: State, interaction: Interactions) -> State:
-        x = self.interaction(interaction.items, interaction.concepts, interaction.responses).unsqueeze(1)
-        h0 = state["h"].transpose(0, 1).contiguous()
-        c0 = state["c"].transpose(0, 1).contiguous()
-        _, (hn, cn) = self.lstm(x, (h0, c0))
-        return {"h": hn.transpose(0, 1), "c": cn.transpose(0, 1)}
+        """One step of the LSTM's cells, layer by layer (serving runs in eval mode: no dropout between
+        layers). ``nn.LSTM`` on the CPU goes through oneDNN, which builds a primitive for every new batch
+        size (measured: +0.9 ms for a wave of a size not seen before, in a stream where every wave size
+        occurs); ``torch.lstm_cell`` is the same arithmetic without it."""
+        x = self.interaction(interaction.items, interaction.concepts, interaction.responses)  # (B, D)
+        hs, cs = [], []
+        for layer in range(self.layers):
+            weights = [getattr(self.lstm, f"{w}_l{layer}") for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            x, c = torch.lstm_cell(x, (state["h"][:, layer], state["c"][:, layer]), *weights)
+            hs.append(x)
+            cs.append(c)
+        return {"h": torch.stack(hs, 1), "c": torch.stack(cs, 1)}  # (B, L, H)

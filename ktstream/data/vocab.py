@@ -30,6 +30,11 @@ class Vocabulary:
     def encode(self, x: str) -> int:
         return self._index.get(x, UNKNOWN)
 
+    def encode_all(self, xs: Iterable[str]) -> list[int]:
+        """``encode`` of each (the engine's hot path: one call per wave, not per id)."""
+        get = self._index.get
+        return [get(x, UNKNOWN) for x in xs]
+
     def __len__(self) -> int:
         return len(self.ids) + 2
 

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 
-import pytest
+import math
 
-from ktstream.engine.batcher import plan
+import pytest
+import torch
+
+from ktstream.data.histories import NO_RESPONSE
+from ktstream.data.vocab import UNKNOWN, Vocabulary
+from ktstream.engine.batcher import Planned, plan
 from ktstream.engine.decode import decode
 from ktstream.engine.learner import LearnerState
 from ktstream.engine.records import Record
+from ktstream.engine.runner import ModelRunner
+from ktstream.models import create
 
 
 def ev(lid, offset, t=None, partition=0):
@@ -32,6 +39,28 @@ def test_waves_hold_each_learner_once_in_arrival_order():
             flat.setdefault(p.decoded.event.learner_id, []).append(p.decoded.record.offset)
     assert flat == {"a": [0, 1, 3], "b": [2, 5], "c": [4]}
     assert [len(w) for w in waves] == [3, 2, 1]
+
+
+def test_encode_pads_ragged_concepts_and_maps_unknown_ids():
+    """A wave's events as model inputs: concepts left-aligned and padded with 0 (ragged, none at all),
+    unknown item and concept ids -> UNKNOWN, a prediction request -> NO_RESPONSE, no time -> NaN."""
+    bodies = [{"item_id": "q2", "concept_ids": ["c2", "c1"], "response": 0, "event_time": 1_500},
+              {"item_id": "new", "concept_ids": [], "event_time": 2_000},
+              {"item_id": "q1", "concept_ids": ["c9", "c1", "c2"], "response": 1},
+              {"item_id": "q1", "concept_ids": ["c1"], "response": 2, "event_time": "1970-01-01T00:00:03Z"}]
+    wave = [Planned(decode(Record("ev", 0, i, b"u", json.dumps({"event_id": f"e{i}", "learner_id": "u", **b})
+                                  .encode()), 4096), LearnerState("u", {}, "v")) for i, b in enumerate(bodies)]
+    runner = ModelRunner(create("dkt", n_items=4, n_concepts=4, dim=4, hidden=4), Vocabulary(["q1", "q2"]),
+                         Vocabulary(["c1", "c2"]), "v")
+    x = runner.encode(wave)
+    assert x.items.tolist() == [3, UNKNOWN, 2, 2]
+    assert x.concepts.tolist() == [[3, 2, 0], [0, 0, 0], [UNKNOWN, 2, 3], [2, 0, 0]]
+    assert x.responses.tolist() == [0, NO_RESPONSE, 1, 2]
+    times = x.times.tolist()
+    assert times[0] == 1.5 and times[1] == 2.0 and math.isnan(times[2]) and times[3] == 3.0
+    assert [t.dtype for t in (x.items, x.concepts, x.responses, x.times)] == [torch.long] * 3 + [torch.float64]
+    same = runner.encode(wave[3:])  # one concept each: no padding
+    assert same.concepts.tolist() == [[2]] and same.items.tolist() == [2]
 
 
 def test_redelivered_offsets_are_skipped():

@@ -33,8 +33,10 @@ SERIES = (
     "ktstream_rebalances_total", "ktstream_model_info", "ktstream_online_roc_auc", "ktstream_online_log_loss",
     "ktstream_calibration_predictions_total", "ktstream_calibration_correct_total",
     "ktstream_calibration_probability_sum_total", "ktstream_drift_alarms_total",
-    "ktstream_model_swaps_total", "ktstream_states_rebuilt_total",
+    "ktstream_model_swaps_total", "ktstream_states_rebuilt_total", "ktstream_loop_seconds_total",
 )
+#: Phases of the engine loop timed by ``ktstream_loop_seconds_total`` (ktstream.engine.engine.Engine.step).
+LOOP_PHASES = ("poll", "process", "send", "flush", "commit", "apply")
 
 
 class EngineMetrics:
@@ -76,6 +78,10 @@ class EngineMetrics:
         self.cal_p = Counter("ktstream_calibration_probability_sum", "Sum of p_correct per probability bin.",
                              ["bin"], registry=r)
         self.drift = Counter("ktstream_drift_alarms", "ADWIN alarms on |response - p_correct|.", registry=r)
+        self.loop_seconds = Counter("ktstream_loop_seconds", "Wall time of the engine loop in each phase of a "
+                                    "micro-batch (poll, process, send, flush, commit, apply).", ["phase"], registry=r)
+        self._phases = {phase: self.loop_seconds.labels(phase) for phase in LOOP_PHASES}
+        self.loop_totals = dict.fromkeys(LOOP_PHASES, 0.0)  # the same seconds, for benches and summaries
         self.quality = OnlineQuality(quality_window, calibration_bins)
         self.bins = [f"{i / calibration_bins:.2f}-{(i + 1) / calibration_bins:.2f}" for i in range(calibration_bins)]
         self.recent_end_to_end: deque[float] = deque(maxlen=recent)  # seconds, for live summaries
@@ -95,6 +101,10 @@ class EngineMetrics:
             self.rebuilt.labels(mode)
         for b in self.bins:
             self.cal_n.labels(b), self.cal_correct.labels(b), self.cal_p.labels(b)
+
+    def loop_time(self, phase: str, seconds: float) -> None:
+        self._phases[phase].inc(seconds)
+        self.loop_totals[phase] += seconds
 
     def model_info(self, name: str, version: str) -> None:
         self.model.info({"name": name, "version": version})

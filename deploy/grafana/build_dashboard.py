@@ -50,6 +50,11 @@ ROWS = [
         ("Learners per model call (wave)", "timeseries", "short", [
             ("p50", f"histogram_quantile(0.5, sum by (le) (rate(ktstream_wave_size_learners_bucket{{{ENGINE}}}[$__rate_interval])))")],
          "Learners predicted together in one batched model call; larger waves use the CPU better."),
+        ("Engine loop time by phase", "timeseries", "percentunit", [
+            ("{{phase}}", f"sum by (phase) (rate(ktstream_loop_seconds_total{{{ENGINE}}}[$__rate_interval]))")],
+         "Share of the loop's wall time per phase (summed over instances: 1 = one loop busy all the time). "
+         "poll near the whole: idle, waiting for records; process: the model and validation; flush and "
+         "commit: waiting for the broker. A loop with little poll time left is near its capacity."),
     ]),
     ("Dead letters and late events", [
         ("Dead letters by reason", "timeseries", "ops", [

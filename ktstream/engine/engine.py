@@ -116,7 +116,9 @@ class Engine:
         self.last_loop = time.monotonic()
         if self.watcher is not None:
             self.watcher.poll()
+        start = time.perf_counter()
         records = self.source.poll(self.poll_timeout_s, self.max_batch)
+        self._timed("poll", start)
         if self._rebalanced:
             self._rebalanced = False
             if self.collect_after_rebalance:
@@ -125,11 +127,14 @@ class Engine:
         if not records:
             self._rebuild_some()
             return None
+        start = time.perf_counter()
         batch = self.processor.process(records)
+        self._timed("process", start)
         if not (self._transaction(batch) if self.transactional else self._flush_and_commit(batch)):
             return None
-        flushed = now_ms()
+        flushed, start = now_ms(), time.perf_counter()
         self.cache.apply(batch.staged, batch.offsets)
+        self._timed("apply", start)
         self.metrics.observe_batch(batch, flushed)
         self._rebuild_some()
         return batch
@@ -162,13 +167,17 @@ class Engine:
     def _flush_and_commit(self, batch: Batch) -> bool:
         """At-least-once: flush (acks=all), then commit the input offsets."""
         try:
+            start = time.perf_counter()
             self.sink.send(batch.outputs)
+            start = self._timed("send", start)
             self.sink.flush(self.flush_timeout_s)
+            start = self._timed("flush", start)
         except SinkError:
             self._roll_back(batch, "sink")
             raise
         try:
             self.source.commit(batch.offsets)
+            self._timed("commit", start)
         except CommitError:
             self._roll_back(batch, "commit")
             log.warning("commit failed for %s; batch will be processed again", sorted(batch.offsets))
@@ -178,20 +187,29 @@ class Engine:
     def _transaction(self, batch: Batch) -> bool:
         """Exactly-once: outputs and input offsets in one producer transaction; abort on any failure."""
         try:
+            start = time.perf_counter()
             self.sink.begin()
             self.sink.send(batch.outputs)
+            start = self._timed("send", start)
         except SinkError:
             self.sink.abort()
             self._roll_back(batch, "sink")
             raise
         try:
             self.sink.commit(batch.offsets, self.source.group_metadata(), self.flush_timeout_s)
+            self._timed("commit", start)  # the transaction's commit waits for its records too (no flush phase)
         except (CommitError, SinkError) as exc:
             self.sink.abort()
             self._roll_back(batch, "commit")
             log.warning("transaction aborted for %s (%s); batch will be processed again", sorted(batch.offsets), exc)
             return False
         return True
+
+    def _timed(self, phase: str, start: float) -> float:
+        """Add the time since ``start`` to ``phase`` (ktstream_loop_seconds_total); returns now."""
+        now = time.perf_counter()
+        self.metrics.loop_time(phase, now - start)
+        return now
 
     def _roll_back(self, batch: Batch, stage: str) -> None:
         self.metrics.failures.labels(stage).inc()

@@ -33,6 +33,27 @@ def test_every_documented_series_is_exported_and_counts(kit):
     assert 0.0 <= auc <= 1.0
 
 
+def test_loop_phases_add_up_to_no_more_than_the_loop(kit):
+    """ktstream_loop_seconds_total: every phase of an at-least-once micro-batch is timed, and together
+    they fit in the wall time of the loop that ran them."""
+    import time
+
+    recs = kit.stream(n_learners=15, mean_length=10, seed=5)
+    items, concepts = kit.build_vocabularies(recs)
+    engine, source, sink = kit.memory_engine(kit.tiny_model("dkt", items, concepts), items, concepts,
+                                             kit.as_records(recs), max_batch=40)
+    start = time.perf_counter()
+    kit.drain(engine, source)
+    wall = time.perf_counter() - start
+    totals = engine.metrics.loop_totals
+    assert set(totals) == {"poll", "process", "send", "flush", "commit", "apply"}
+    assert all(seconds > 0 for seconds in totals.values()), totals
+    assert sum(totals.values()) <= wall
+    assert totals["process"] > totals["apply"]  # the model ran in process, not in a mislabelled phase
+    text = engine.metrics.exposition().decode()
+    assert re.search(rf'^ktstream_loop_seconds_total{{phase="process"}} {totals["process"]}$', text, re.M)
+
+
 def test_quality_auc_matches_sklearn_on_a_window():
     from sklearn.metrics import roc_auc_score
 

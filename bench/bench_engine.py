@@ -24,7 +24,12 @@ their default sizes on the same records.
    events (the publisher's producer bootstrapping and the new consumer's first
    fetches; the p99 with them is printed beside it), with the CPU time per
    event of the engine, the broker and the publisher, which share the cores:
-   their sum times the rate is the cores the run needs to keep up.
+   their sum times the rate is the cores the run needs to keep up. The
+   publisher is librdkafka (``pip install -e '.[bench]'``; --publisher
+   kafka-python otherwise), a fifth of kafka-python's CPU per event. Each run
+   also prints the engine loop's wall time per event in each phase
+   (ktstream_loop_seconds_total): besides poll, their sum must stay well
+   under 1e6 / rate microseconds for the loop to keep up.
 
     python bench/bench_engine.py                      # about 12 minutes on 2 shared cores
     python bench/bench_engine.py --events 5000 --seconds 3 --repeat 1 --latency-repeat 1   # smoke run
@@ -157,11 +162,51 @@ def drain(engine, total: int, timeout_s: float = 600.0) -> tuple[float, float, i
     return time.perf_counter() - (start or time.perf_counter()), time.process_time() - (cpu0 or 0.0), done
 
 
-def offered(bootstrap: str, topic: str, records: list, rate: float, cpu=None) -> None:
+class RdkafkaPublisher:
+    """The latency runs' load generator: librdkafka (confluent-kafka, ``pip install -e '.[bench]'``),
+    idempotent, acks=all, as the engine's sink. It stands for the learning platform's producers,
+    which run elsewhere in production but share these two cores here: kafka-python's producer took
+    135-153 us of CPU per event at 5,000 events/s (0.75 of a core), librdkafka about 27 us."""
+
+    def __init__(self, bootstrap: str):
+        from confluent_kafka import Producer
+
+        self.failed: list[str] = []
+        self._producer = Producer({"bootstrap.servers": bootstrap, "client.id": "bench-publisher", "acks": "all",
+                                   "enable.idempotence": True, "linger.ms": 1})
+
+    def send(self, outputs) -> None:
+        for o in outputs:
+            self._producer.produce(o.topic, key=o.key, value=o.value, on_delivery=self._delivered)
+        self._producer.poll(0)
+
+    def _delivered(self, err, _msg) -> None:
+        if err is not None:
+            self.failed.append(str(err))
+
+    def flush(self, timeout_s: float) -> None:
+        left = self._producer.flush(timeout_s)
+        if left or self.failed:
+            raise RuntimeError(f"publisher: {left} events not delivered, errors {self.failed[:3]}")
+
+    def close(self) -> None:
+        self.flush(30.0)
+
+
+def publisher_kind() -> str:
+    """librdkafka when confluent-kafka is installed, else kafka-python (the engine's own client)."""
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        return "kafka-python"
+    return "librdkafka"
+
+
+def offered(bootstrap: str, topic: str, records: list, rate: float, cpu=None, kind: str = "librdkafka") -> None:
     """Publish ``records`` at ``rate``; puts the publisher's CPU seconds (after its imports) on ``cpu``."""
     s = load_settings(None, kafka=dict(bootstrap_servers=bootstrap, client_id="bench-publisher"))
     start = time.process_time()
-    sink = KafkaSink(s.kafka)
+    sink = RdkafkaPublisher(bootstrap) if kind == "librdkafka" else KafkaSink(s.kafka)
     for _ in publish(records, sink, topic, rate=rate, retime=True, chunk=25, progress=False):
         pass
     sink.close()
@@ -190,6 +235,8 @@ def main() -> None:
     ap.add_argument("--max-batch", type=int, default=1000)
     ap.add_argument("--latency-max-batch", type=int, default=250)
     ap.add_argument("--latency-repeat", type=int, default=2)
+    ap.add_argument("--publisher", choices=("librdkafka", "kafka-python"), default=publisher_kind(),
+                    help="the latency runs' load generator (default: librdkafka when confluent-kafka is installed)")
     ap.add_argument("--models", default=",".join(m for m in ("dkt", "dkvmn", "sakt", "sakt@float16")
                                                  if m.split("@")[0] in names()),
                     help="families at default sizes; NAME@float16: the same with an fp16 key/value cache")
@@ -244,44 +291,56 @@ def main() -> None:
         runs = {c: [] for c in configs}  # latency_run's figures per repeat
         for r in range(args.latency_repeat):
             for cfg in configs:
-                runs[cfg].append(latency_run(cfg, model_spec, live, rate, args.latency_max_batch))
-                p50, p99, top, achieved, p99_all, *cpu = runs[cfg][-1]
+                runs[cfg].append(latency_run(cfg, model_spec, live, rate, args.latency_max_batch, args.publisher))
+                p50, p99, top, achieved, p99_all, *cpu, loop = runs[cfg][-1]
                 print(f"  latency run {r + 1} at {rate:.0f} ev/s {cfg:18s} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  "
                       f"max {top:7.1f} ms  achieved {achieved:6.0f} ev/s  (p99 with the first second: "
                       f"{p99_all:.0f} ms; CPU us/event: engine {cpu[0]:.0f}, broker {cpu[1]:.0f}, "
-                      f"publisher {cpu[2]:.0f})", flush=True)
+                      f"publisher {cpu[2]:.0f}; loop us/event: {phases_text(loop)})", flush=True)
         print(f"\nlatency, event time -> prediction produced, at an offered {rate:.0f} ev/s for {args.seconds:.0f}s "
               f"(max_batch {args.latency_max_batch}, a fresh process and broker per run, first {WARM_UP_S:.0f}s left "
-              f"out, median of {args.latency_repeat}):")
+              f"out, median of {args.latency_repeat}; load generator {args.publisher}):")
         for cfg in configs:
-            p50s, p99s, _, achieved, p99_all, *cpu = zip(*runs[cfg])
+            p50s, p99s, _, achieved, p99_all, *cpu, loops = zip(*runs[cfg])
             engine_cpu, broker_cpu, pub_cpu = (statistics.median(c) for c in cpu)
+            loop = {phase: statistics.median(x[phase] for x in loops) for phase in loops[0]}
             print(f"  {cfg:18s} p50 {statistics.median(p50s):7.1f} ms  p99 {statistics.median(p99s):7.1f} ms "
                   f"(range {min(p99s):.0f}-{max(p99s):.0f}; with the first second {min(p99_all):.0f}-"
                   f"{max(p99_all):.0f})  achieved {statistics.median(achieved):6.0f} ev/s  "
                   f"| CPU us/event engine {engine_cpu:.0f}, broker {broker_cpu:.0f}, publisher {pub_cpu:.0f} "
-                  f"= {(engine_cpu + broker_cpu + pub_cpu) * rate / 1e6:.2f} cores at the offered rate")
+                  f"= {(engine_cpu + broker_cpu + pub_cpu) * rate / 1e6:.2f} cores at the offered rate "
+                  f"| engine loop us/event {phases_text(loop)}")
 
 
-def latency_run(cfg: str, model_spec: tuple, live: list, rate: float, max_batch: int) -> tuple[float, ...]:
+def phases_text(loop: dict[str, float]) -> str:
+    """Wall microseconds per event of each engine-loop phase (ktstream_loop_seconds_total) and their sum,
+    the loop's whole time (1e6 / rate while it keeps up). Poll includes waiting for records: when the
+    other phases alone come near 1e6 / rate, the loop cannot keep up however the cores are shared."""
+    return " ".join(f"{phase} {us:.0f}" for phase, us in loop.items()) + f" = {sum(loop.values()):.0f}"
+
+
+def latency_run(cfg: str, model_spec: tuple, live: list, rate: float, max_batch: int,
+                publisher: str) -> tuple[float, ...]:
     """One configuration at one offered rate, in a process of its own on a fresh broker.
 
     Returns p50, p99, max (ms) after the warm-up, the events/s achieved, p99 over every event,
-    and the CPU microseconds per event of the engine's process (all threads), the broker and the
-    publisher (after its imports): all three share the machine's cores. A fresh process keeps
+    the CPU microseconds per event of the engine's process (all threads), the broker and the
+    publisher (after its imports): all three share the machine's cores; and the engine loop's
+    wall microseconds per event in each phase (poll, process, send, flush, commit, apply). A fresh process keeps
     what the throughput runs left behind (a heap of dead learner states, a fuller garbage
     collector) out of the latency figures.
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    proc = ctx.Process(target=_latency_run, args=(results, cfg, model_spec, live, rate, max_batch))
+    proc = ctx.Process(target=_latency_run, args=(results, cfg, model_spec, live, rate, max_batch, publisher))
     proc.start()
     out = results.get(timeout=600)
     proc.join(30)
     return out
 
 
-def _latency_run(results, cfg: str, model_spec: tuple, live: list, rate: float, max_batch: int) -> None:
+def _latency_run(results, cfg: str, model_spec: tuple, live: list, rate: float, max_batch: int,
+                 publisher: str) -> None:
     torch.set_num_threads(1)
     serving = serving_models(*model_spec)
     tune_gc()
@@ -294,9 +353,10 @@ def _latency_run(results, cfg: str, model_spec: tuple, live: list, rate: float, 
         engine.metrics.recent_end_to_end = collections.deque(maxlen=len(live))
         while not engine.joined:
             engine.step()
+        joined = dict(engine.metrics.loop_totals)
         ctx = mp.get_context("spawn")
         pub_cpu, broker_start = ctx.Queue(), process_cpu_s(broker.process.pid)
-        pub = ctx.Process(target=offered, args=(broker.bootstrap_servers, t.events, live, rate, pub_cpu))
+        pub = ctx.Process(target=offered, args=(broker.bootstrap_servers, t.events, live, rate, pub_cpu, publisher))
         pub.start()
         seconds, engine_cpu, done = drain(engine, len(live))
         pub.join(30)
@@ -306,7 +366,8 @@ def _latency_run(results, cfg: str, model_spec: tuple, live: list, rate: float, 
     lat = every[int(rate * WARM_UP_S):]  # the publisher's producer and the new consumer warming up
     per_event = [1e6 * c / len(live) for c in (engine_cpu, broker_cpu, pub_cpu.get(timeout=30))]
     results.put((float(np.percentile(lat, 50)), float(np.percentile(lat, 99)), float(lat.max()), done / seconds,
-                 float(np.percentile(every, 99)), *per_event))
+                 float(np.percentile(every, 99)), *per_event,
+                 {k: 1e6 * (v - joined[k]) / len(live) for k, v in engine.metrics.loop_totals.items()}))
 
 
 def serving_models(specs: list[str], items, concepts) -> dict[str, ServingModel]:

@@ -31,6 +31,7 @@ from ktstream.data.histories import NO_RESPONSE, Interactions
 from ktstream.data.vocab import Vocabulary
 from ktstream.engine.batcher import Planned
 from ktstream.engine.learner import step_key
+from ktstream.engine.messages import MAX_EXTRA_VALUES
 from ktstream.models.base import KTModel, State, split_state
 
 #: Most bytes of learner state stacked for one model call (see the module docstring).
@@ -141,7 +142,7 @@ class ModelRunner:
                         for p, e in zip(wave, events)]
             batch = self._stack(self._query_buffer, q_states, self.model.filled_slots(q_states))
             if self.describes:
-                probs, extras = self.model.predict_described(batch, query)  # (B, K), each (B, ...)
+                probs, extras = self.model.predict_described(batch, query, MAX_EXTRA_VALUES)  # (B, K), (B, ...)
             else:
                 probs, extras = self.model.predict(batch, query), {}
             rows = [b for b, e in enumerate(events) if e.response is not None]

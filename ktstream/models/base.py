@@ -103,8 +103,11 @@ class KTModel(nn.Module):
         the whole batch from a batch cut to those slots. None: stack every tensor whole."""
         return None
 
-    def predict_described(self, state: State, query: Interactions) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``predict`` and ``describe`` together; models whose two share a read of the state override it."""
+    def predict_described(self, state: State, query: Interactions,
+                          max_values: int | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``predict`` and ``describe`` together; models whose two share a read of the state override it.
+        With ``max_values``, entries of more numbers per learner may be left out (the engine's messages
+        carry ability, mastery, and other entries of at most that many numbers)."""
         return self.predict(state, query), self.describe(state, query)
 
     def receptive_field(self) -> int | None:

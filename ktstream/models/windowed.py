@@ -241,20 +241,29 @@ class WindowedKT(KTModel):
         """
         return self._described(state, *self._read(state, query))
 
-    def predict_described(self, state: State, query: Interactions) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def predict_described(self, state: State, query: Interactions,
+                          max_values: int | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         x, w, q = self._read(state, query)  # one read of the cache for both
-        return self._log_probs(x, q)[:, 0].exp(), self._described(state, x, w, q)
+        return self._log_probs(x, q)[:, 0].exp(), self._described(state, x, w, q, max_values)
 
-    def _described(self, state: State, x: torch.Tensor, w: torch.Tensor, q: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _described(self, state: State, x: torch.Tensor, w: torch.Tensor, q: torch.Tensor,
+                   max_values: int | None = None) -> dict[str, torch.Tensor]:
+        """``describe``'s entries; with ``max_values``, the window-wide ones (W or H * W numbers per
+        learner) only when they are not more than that: the engine's messages carry no larger entry,
+        so building (B, H, W) maps for every wave would be work thrown away."""
         w = w[:, :, 0]  # (B, H, 1 + S); S < W when the batch was cut to its filled slots
         avg = w.mean(1)
         entropy = lambda p: -(p * p.clamp(min=1e-12).log()).sum(-1)  # noqa: E731
         W = self.window
         per_head = entropy(w).mean(1)
         cut = W + 1 - w.shape[-1]  # empty slots left out: weight 0, as in the whole window
-        out = {"attention": F.pad(avg[:, 1:], (cut, 0)), "attention_heads": F.pad(w[:, :, 1:], (cut, 0)),
+        fits = lambda n: max_values is None or n <= max_values  # noqa: E731
+        out = {"attention": F.pad(avg[:, 1:], (cut, 0)) if fits(W) else None,
+               "attention_heads": F.pad(w[:, :, 1:], (cut, 0)) if fits(w.shape[1] * W) else None,
                "attention_null": avg[:, 0], "attention_entropy": per_head, "head_diversity": entropy(avg) - per_head,
-               "attention_positions": (state["count"].unsqueeze(1) - W + torch.arange(W)).clamp(min=-1)}
+               "attention_positions": (state["count"].unsqueeze(1) - W + torch.arange(W)).clamp(min=-1)
+               if fits(W) else None}
+        out = {k: v for k, v in out.items() if v is not None}
         router = self.retriever[-1].attn.router
         if router is not None:
             out["route_gates"] = router(q)[:, :, 0, 0]

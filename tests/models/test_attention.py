@@ -175,6 +175,24 @@ def test_describe_reports_weights_over_the_cached_past(name, make_histories):
     assert gates.shape == (2, 4) and ((gates > 0).sum(-1) == 3).all() and (gates[:, 0] == 1).all()
 
 
+@pytest.mark.parametrize("name,window", itertools.product(FAMILIES, [W, 40, 80]))
+def test_described_for_messages_is_what_messages_carry(name, window, make_histories):
+    """predict_described(max_values=64), the engine's call, leaves out only the window-wide entries a
+    prediction message would drop anyway (more than 64 numbers per learner): the messages are the same."""
+    from ktstream.engine.messages import MAX_EXTRA_VALUES, describe_rows
+
+    model = build(name, **{**OPTIONS["routing"], "window": window})  # 4 heads: H * W = 32, 160 or 320 numbers
+    _, hist = make_histories([window + 3, 2], N_ITEMS, N_CONCEPTS, 2, seed=19, step_prob=0.0)
+    _, state = replay(model, hist)
+    probs, part = model.predict_described(state, hist.at(0), MAX_EXTRA_VALUES)
+    assert torch.equal(probs, model.predict(state, hist.at(0)))
+    full = model.describe(state, hist.at(0))
+    left_out = {k for k, v in full.items() if v[0].numel() > MAX_EXTRA_VALUES}
+    assert left_out == {W: set(), 40: {"attention_heads"}, 80: {"attention", "attention_heads", "attention_positions"}}[window]
+    assert set(part) == set(full) - left_out
+    assert describe_rows(part) == describe_rows(full)
+
+
 @pytest.mark.parametrize("name", ["akt", "simplekt", "sakt"])
 def test_routing_is_token_wise_and_never_sees_responses(name, make_histories):
     model = build(name, **OPTIONS["routing"])

@@ -26,10 +26,10 @@ their default sizes on the same records.
    event of the engine, the broker and the publisher, which share the cores:
    their sum times the rate is the cores the run needs to keep up. The
    publisher is librdkafka (``pip install -e '.[bench]'``; --publisher
-   kafka-python otherwise), a fifth of kafka-python's CPU per event. Each run
-   also prints the engine loop's wall time per event in each phase
-   (ktstream_loop_seconds_total): besides poll, their sum must stay well
-   under 1e6 / rate microseconds for the loop to keep up.
+   kafka-python otherwise), a quarter to a third of kafka-python's CPU per
+   event. Each run also prints the engine loop's wall time per event in each
+   phase (ktstream_loop_seconds_total): besides poll, their sum must stay
+   well under 1e6 / rate microseconds for the loop to keep up.
 
     python bench/bench_engine.py                      # about 12 minutes on 2 shared cores
     python bench/bench_engine.py --events 5000 --seconds 3 --repeat 1 --latency-repeat 1   # smoke run
@@ -166,7 +166,7 @@ class RdkafkaPublisher:
     """The latency runs' load generator: librdkafka (confluent-kafka, ``pip install -e '.[bench]'``),
     idempotent, acks=all, as the engine's sink. It stands for the learning platform's producers,
     which run elsewhere in production but share these two cores here: kafka-python's producer took
-    135-153 us of CPU per event at 5,000 events/s (0.75 of a core), librdkafka about 27 us."""
+    135-153 us of CPU per event at 5,000 events/s (0.75 of a core), librdkafka 34-51 us."""
 
     def __init__(self, bootstrap: str, topic: str):
         from confluent_kafka import Producer
@@ -329,9 +329,9 @@ def latency_run(cfg: str, model_spec: tuple, live: list, rate: float, max_batch:
     Returns p50, p99, max (ms) after the warm-up, the events/s achieved, p99 over every event,
     the CPU microseconds per event of the engine's process (all threads), the broker and the
     publisher (after its imports): all three share the machine's cores; and the engine loop's
-    wall microseconds per event in each phase (poll, process, send, flush, commit, apply). A fresh process keeps
-    what the throughput runs left behind (a heap of dead learner states, a fuller garbage
-    collector) out of the latency figures.
+    wall microseconds per event in each phase (poll, process, send, flush, commit, apply). A
+    fresh process keeps what the throughput runs left behind (a heap of dead learner states, a
+    fuller garbage collector) out of the latency figures.
     """
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

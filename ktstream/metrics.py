@@ -81,7 +81,6 @@ class EngineMetrics:
         self.loop_seconds = Counter("ktstream_loop_seconds", "Wall time of the engine loop in each phase of a "
                                     "micro-batch (poll, process, send, flush, commit, apply).", ["phase"], registry=r)
         self._phases = {phase: self.loop_seconds.labels(phase) for phase in LOOP_PHASES}
-        self.loop_totals = dict.fromkeys(LOOP_PHASES, 0.0)  # the same seconds, for benches and summaries
         self.quality = OnlineQuality(quality_window, calibration_bins)
         self.bins = [f"{i / calibration_bins:.2f}-{(i + 1) / calibration_bins:.2f}" for i in range(calibration_bins)]
         self.recent_end_to_end: deque[float] = deque(maxlen=recent)  # seconds, for live summaries
@@ -104,7 +103,12 @@ class EngineMetrics:
 
     def loop_time(self, phase: str, seconds: float) -> None:
         self._phases[phase].inc(seconds)
-        self.loop_totals[phase] += seconds
+
+    @property
+    def loop_totals(self) -> dict[str, float]:
+        """Seconds of the loop in each phase so far, as exported (for benches and summaries)."""
+        value = self.registry.get_sample_value
+        return {phase: value("ktstream_loop_seconds_total", {"phase": phase}) for phase in LOOP_PHASES}
 
     def model_info(self, name: str, version: str) -> None:
         self.model.info({"name": name, "version": version})

@@ -257,13 +257,12 @@ class WindowedKT(KTModel):
         W = self.window
         per_head = entropy(w).mean(1)
         cut = W + 1 - w.shape[-1]  # empty slots left out: weight 0, as in the whole window
-        fits = lambda n: max_values is None or n <= max_values  # noqa: E731
-        out = {"attention": F.pad(avg[:, 1:], (cut, 0)) if fits(W) else None,
-               "attention_heads": F.pad(w[:, :, 1:], (cut, 0)) if fits(w.shape[1] * W) else None,
-               "attention_null": avg[:, 0], "attention_entropy": per_head, "head_diversity": entropy(avg) - per_head,
-               "attention_positions": (state["count"].unsqueeze(1) - W + torch.arange(W)).clamp(min=-1)
-               if fits(W) else None}
-        out = {k: v for k, v in out.items() if v is not None}
+        out = {"attention_null": avg[:, 0], "attention_entropy": per_head, "head_diversity": entropy(avg) - per_head}
+        if max_values is None or W <= max_values:
+            out["attention"] = F.pad(avg[:, 1:], (cut, 0))
+            out["attention_positions"] = (state["count"].unsqueeze(1) - W + torch.arange(W)).clamp(min=-1)
+        if max_values is None or w.shape[1] * W <= max_values:
+            out["attention_heads"] = F.pad(w[:, :, 1:], (cut, 0))
         router = self.retriever[-1].attn.router
         if router is not None:
             out["route_gates"] = router(q)[:, :, 0, 0]

@@ -166,19 +166,21 @@ def drain(engine, total: int, timeout_s: float = 600.0, started=None) -> tuple[f
 
 class RdkafkaPublisher:
     """The latency runs' load generator: librdkafka (confluent-kafka, ``pip install -e '.[bench]'``),
-    idempotent, acks=all, as the engine's sink. It stands for the learning platform's producers,
-    which run elsewhere in production but share these two cores here: kafka-python's producer took
-    135-153 us of CPU per event at 5,000 events/s (0.75 of a core), librdkafka 34-51 us."""
+    acks=all. It stands for the learning platform's producers, which run elsewhere in production but
+    share these two cores here: kafka-python's producer took 135-153 us of CPU per event at 5,000
+    events/s (0.75 of a core), librdkafka 34-51 us.
+
+    Not idempotent: getting a producer id held the first delivery for 504 ms, while the paced loop
+    kept queueing events that then reached the engine as one burst (without it: 3 ms). No retries
+    either, so events are never reordered: a failed delivery fails the run (``flush``)."""
 
     def __init__(self, bootstrap: str, topic: str):
         from confluent_kafka import Producer
 
         self.failed: list[str] = []
         self._producer = Producer({"bootstrap.servers": bootstrap, "client.id": "bench-publisher", "acks": "all",
-                                   "enable.idempotence": True, "linger.ms": 1})
-        # Connected before the first paced event: cold, the first delivery took 504 ms, during which the
-        # paced loop queued events that then arrived as one burst (measured: 1 ms after this, which takes 72).
-        self._producer.list_topics(topic, timeout=30)
+                                   "enable.idempotence": False, "message.send.max.retries": 0, "linger.ms": 1})
+        self._producer.list_topics(topic, timeout=30)  # connected before the first paced event
 
     def send(self, outputs) -> None:
         for o in outputs:

@@ -350,6 +350,38 @@ def test_an_arena_grows_without_changing_any_state(make_histories):
     assert all(torch.equal(view, copy) for view, copy in early.values())
 
 
+def _huge_pages_allowed(address: int) -> bool | None:
+    """THPeligible of the mapping holding ``address`` (/proc/self/smaps); None where the kernel does not say."""
+    try:
+        lines = open("/proc/self/smaps").read().splitlines()
+    except OSError:
+        return None
+    inside = False
+    for line in lines:
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(x, 16) for x in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "THPeligible:":
+            return line.split()[1] == "1"
+    return None
+
+
+def test_arena_memory_is_zeroed_plain_pages():
+    """Arena arrays start as zeros, are writable, and are kept off transparent huge pages: a first
+    write into a huge page zeroes (and may compact) 2 MB in place, which stalled the engine for
+    tens of milliseconds on every batch of new learners (see ktstream.models.arena.zeros)."""
+    a = arena_module.zeros((4096, 250, 64), np.float32)  # 256 MB of address space, as an arena reserves
+    assert a.shape == (4096, 250, 64) and a.flags.c_contiguous and a.flags.writeable
+    a[17, 3] = 1.5
+    assert a[17, 3, 0] == 1.5 and not a[16].any() and not a[18].any()
+    middle = a.__array_interface__["data"][0] + a.nbytes // 2
+    eligible = _huge_pages_allowed(middle)
+    if eligible is None:
+        pytest.skip("the kernel does not report THPeligible in /proc/self/smaps")
+    assert not eligible, "arena memory may be backed by transparent huge pages"
+
+
 @pytest.mark.parametrize("name,option", itertools.product(FAMILIES, OPTIONS))
 def test_a_batch_cut_to_its_filled_slots_serves_as_the_whole_window(name, option, make_histories):
     """``filled_slots``: learners with short histories stacked without their empty leading slots

@@ -68,13 +68,14 @@ class DKVMN(KTModel):
 
     @staticmethod
     def _read(weights: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
-        return (weights.unsqueeze(-1) * memory).sum(-2)  # (B, N, 1) * (B, N, Dv) -> (B, Dv)
+        return (weights.unsqueeze(-2) @ memory).squeeze(-2)  # (B, 1, N) @ (B, N, Dv) -> (B, Dv)
 
     def _write(self, memory: torch.Tensor, weights: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         erase = torch.sigmoid(self.erase(value)).unsqueeze(1)  # (B, 1, Dv)
         add = torch.tanh(self.add(value)).unsqueeze(1)
         w = weights.unsqueeze(-1)  # (B, N, 1)
-        return memory * (1 - w * erase) + w * add
+        # memory * (1 - w * erase) + w * add, with two (B, N, Dv) temporaries instead of four
+        return torch.addcmul(memory, w, add - erase * memory)
 
     def _log_probs(self, read: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         summary = torch.tanh(self.summary(torch.cat([read, key], dim=-1)))

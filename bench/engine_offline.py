@@ -38,7 +38,7 @@ from bench_engine import model_config, passthrough_engine, serving_models, throu
 from ktstream.config import load_settings  # noqa: E402
 from ktstream.data.histories import build_vocabularies  # noqa: E402
 from ktstream.engine import MemorySink, MemorySource, Record  # noqa: E402
-from ktstream.engine.service import build_engine, tune_gc  # noqa: E402
+from ktstream.engine.service import build_engine, tune_gc, tune_malloc  # noqa: E402
 
 PARTITIONS = 4
 
@@ -95,6 +95,7 @@ def main() -> None:
     items, concepts = build_vocabularies(load)
     serving = serving_models(sorted({c.split("/")[0] for c in configs} - {"passthrough"}), items, concepts)
     tune_gc()
+    tune_malloc()
     if args.under_valgrind:
         engine = engine_for(configs[0], serving, recs)
         run(engine, args.warm_up)

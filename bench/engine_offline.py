@@ -54,9 +54,9 @@ def records(n_events: int, mean_length: int) -> tuple[list[Record], list[dict]]:
     return out, load
 
 
-def engine_for(cfg: str, serving: dict, recs: list[Record]):
+def engine_for(cfg: str, serving: dict, recs: list[Record], max_batch: int = 1000):
     s = load_settings(None, kafka=dict(topics=dict(events="bench.events", predictions="p", dead_letters="d")),
-                      engine=dict(max_batch=1000), metrics=dict(port=0))
+                      engine=dict(max_batch=max_batch), metrics=dict(port=0))
     if cfg == "passthrough":
         return passthrough_engine(s, MemorySource(recs), MemorySink())
     name, s = model_config(cfg, s)
@@ -80,6 +80,8 @@ def main() -> None:
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--mean-length", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--max-batch", type=int, default=1000,
+                    help="records per micro-batch (1: every wave one learner, i.e. each wave's fixed cost)")
     ap.add_argument("--instructions", action="store_true", help="count instructions under callgrind")
     ap.add_argument("--warm-up", type=int, default=10_000, help="events before counting (--instructions)")
     ap.add_argument("--counted", type=int, default=3_000, help="events counted (--instructions)")
@@ -97,7 +99,7 @@ def main() -> None:
     tune_gc()
     tune_malloc()
     if args.under_valgrind:
-        engine = engine_for(configs[0], serving, recs)
+        engine = engine_for(configs[0], serving, recs, args.max_batch)
         run(engine, args.warm_up)
         subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], capture_output=True, check=True)
         done = run(engine, args.counted)
@@ -107,11 +109,11 @@ def main() -> None:
     cpu: dict[str, list[float]] = {c: [] for c in configs}
     for _ in range(args.repeat):
         for cfg in configs:
-            engine = engine_for(cfg, serving, list(recs))
+            engine = engine_for(cfg, serving, list(recs), args.max_batch)
             start = time.process_time()
             done = run(engine, len(recs))
             cpu[cfg].append((time.process_time() - start) / done * 1e6)
-    print(f"{len(recs)} events of {len({r.key for r in recs})} learners, max_batch 1000, one torch thread, "
+    print(f"{len(recs)} events of {len({r.key for r in recs})} learners, max_batch {args.max_batch}, one torch thread, "
           f"{args.repeat} runs each (CPU us per event):")
     for cfg in configs:
         print(f"  {cfg:28s} median {statistics.median(cpu[cfg]):6.1f}  least {min(cpu[cfg]):6.1f}")
@@ -126,7 +128,7 @@ def count_instructions(args, configs: list[str]) -> None:
             out = Path(tmp) / "callgrind.out"
             cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
                    sys.executable, __file__, "--configs", cfg, "--events", str(args.events),
-                   "--mean-length", str(args.mean_length),
+                   "--mean-length", str(args.mean_length), "--max-batch", str(args.max_batch),
                    "--warm-up", str(args.warm_up), "--counted", str(args.counted), "--_under-valgrind"]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             counted = [ln for ln in proc.stdout.splitlines() if ln.startswith("counted ")]

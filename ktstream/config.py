@@ -74,8 +74,9 @@ class EngineSettings(_Section):
     gc_tuning: bool = Field(True, description="freeze the start-up heap and collect less often (faster; "
                                              "see ktstream.engine.service.tune_gc), and collect fully right "
                                              "after a rebalance (see ktstream.engine.engine)")
-    malloc_tuning: bool = Field(True, description="keep freed tensor memory in the C heap for reuse (glibc mallopt; "
-                                                  "see ktstream.engine.service.tune_malloc): fewer page faults per wave")
+    malloc_tuning: bool = Field(True, description="keep freed tensor memory in the C heap for reuse (glibc "
+                                                  "mallopt; see ktstream.engine.service.tune_malloc): fewer page "
+                                                  "faults per wave")
     describe: bool = Field(True, description="add model.describe() (ability, mastery, attention summary) "
                                             "to predictions; costs a second state read")
     rebuild_window: int = Field(200, ge=0, description="raw interactions kept per learner, replayed through a "

@@ -74,7 +74,8 @@ def keyspace(state: State | None, new_pos: torch.Tensor | None = None, new_valid
     if new_pos is not None:
         pos, valid, time = pos + [new_pos], valid + [new_valid], time + [new_time]
     assert pos, "need a cache or new interactions"
-    return KeySpace(torch.cat(pos, 1), torch.cat(valid, 1), torch.cat(time, 1), state=state, dtype=dtype)
+    join = lambda parts: parts[0] if len(parts) == 1 else torch.cat(parts, 1)  # noqa: E731 (predict: one part)
+    return KeySpace(join(pos), join(valid), join(time), state=state, dtype=dtype)
 
 
 def roll(ks: KeySpace, count: torch.Tensor, width: int, dtype: torch.dtype) -> State:

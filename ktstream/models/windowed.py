@@ -62,6 +62,7 @@ class WindowedKT(KTModel):
         self.relation_proj = nn.Linear(dim, relation_dim, bias=False) if time_decay else None
         self.head = nn.Sequential(nn.Linear(2 * dim, ffn), nn.ReLU(), nn.Dropout(dropout),
                                   nn.Linear(ffn, n_categories))
+        self._cache_dims = self._named_cache_dims()  # fixed by the layers above; read several times per wave
 
     # -- family hooks ----------------------------------------------------
     def embed_question(self, items: torch.Tensor, concepts: torch.Tensor) -> torch.Tensor:
@@ -79,6 +80,10 @@ class WindowedKT(KTModel):
         return self.window * (1 + max([len(b) for b in self.encoders.values()], default=0))
 
     def cache_dims(self) -> dict[str, int]:
+        """Width of each cached name: every encoder's and retriever's keys and values, and the relation."""
+        return dict(self._cache_dims)
+
+    def _named_cache_dims(self) -> dict[str, int]:
         dims = {f"{name}_{i}_{kv}": self.dim for name, blocks in self.encoders.items()
                 for i in range(len(blocks)) for kv in "kv"}
         dims.update({f"retriever_{i}_{kv}": self.dim for i in range(len(self.retriever)) for kv in "kv"})
@@ -95,8 +100,10 @@ class WindowedKT(KTModel):
         T, S, out = q_pos.shape[1], ks.pos.shape[1], []
         for s in range(0, T, self.query_block):
             e = min(T, s + self.query_block)
-            first = q_pos[:, s:e].min(1, keepdim=True).values - self.window  # (B, 1)
-            lo = int(torch.searchsorted(ks.pos, first).min())
+            lo = 0  # one block (serving's single query): the keys hold no more than its window before it
+            if T > self.query_block:
+                first = q_pos[:, s:e].min(1, keepdim=True).values - self.window  # (B, 1)
+                lo = int(torch.searchsorted(ks.pos, first).min())
             hi = S - n_new + e  # keys after the block's last position are never visible
             win = window(q_pos[:, s:e], q_time[:, s:e], ks.pos[:, lo:hi], ks.valid[:, lo:hi], ks.time[:, lo:hi],
                          self.window, include_self)

@@ -100,7 +100,7 @@ class WindowedKT(KTModel):
         T, S, out = q_pos.shape[1], ks.pos.shape[1], []
         for s in range(0, T, self.query_block):
             e = min(T, s + self.query_block)
-            lo = 0  # one block (serving's single query): the keys hold no more than its window before it
+            lo = 0  # one block: no key lies more than a window before its first query (the cache holds W)
             if T > self.query_block:
                 first = q_pos[:, s:e].min(1, keepdim=True).values - self.window  # (B, 1)
                 lo = int(torch.searchsorted(ks.pos, first).min())

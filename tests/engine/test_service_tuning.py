@@ -36,6 +36,7 @@ def probe(mode: str) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
 def test_tuned_malloc_serves_wave_tensors_from_the_heap_and_keeps_what_they_free():
     tuned = probe("tuned")
     if not tuned["tuned"]:

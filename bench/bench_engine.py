@@ -127,10 +127,11 @@ def make_engine(cfg: str, s, serving: dict) -> Engine:
 
 
 def passthrough_engine(s, source, sink) -> Engine:
-    """The engine loop around ``Passthrough`` instead of a model's processor."""
+    """The engine loop around ``Passthrough`` instead of a model's processor, set up as build_engine sets it."""
     e = s.engine
     processor = Passthrough(s.kafka.topics.predictions, s.kafka.topics.dead_letters, e.max_record_bytes)
-    return Engine(source, sink, processor, EngineMetrics(), e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s)
+    return Engine(source, sink, processor, EngineMetrics(), e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s,
+                  collect_after_rebalance=e.gc_tuning)
 
 
 def settings(broker, tag: str, events_topic: str, max_batch: int):

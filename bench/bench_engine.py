@@ -67,7 +67,7 @@ from ktstream.engine.messages import dead_letter, now_ms  # noqa: E402
 from ktstream.engine.processor import Batch  # noqa: E402
 from ktstream.engine.records import Output  # noqa: E402
 from ktstream.engine.replay import publish, replay_order  # noqa: E402
-from ktstream.engine.service import build_engine, tune_gc, tune_malloc  # noqa: E402
+from ktstream.engine.service import build_engine, tune_process  # noqa: E402
 from ktstream.engine.state_cache import StateCache  # noqa: E402
 from ktstream.metrics import EngineMetrics  # noqa: E402
 from ktstream.models import KTModel, create, names  # noqa: E402
@@ -267,8 +267,7 @@ def main() -> None:
         for _ in publish(load, sink, "bench.events", chunk=1000, progress=False):
             pass
         sink.close()
-        tune_gc()  # as Service.run does (engine.gc_tuning, engine.malloc_tuning)
-        tune_malloc()
+        tune_process(load_settings(None).engine)  # as Service.run does
         rates = {c: [] for c in configs}
         cpu = {c: [] for c in configs}  # CPU microseconds per event
         for r in range(args.repeat):
@@ -353,8 +352,7 @@ def _latency_run(results, cfg: str, model_spec: tuple, live: list, rate: float, 
                  publisher: str) -> None:
     torch.set_num_threads(1)
     serving = serving_models(*model_spec)
-    tune_gc()
-    tune_malloc()
+    tune_process(load_settings(None).engine)
     with EmbeddedBroker() as broker:
         tag = f"lat-{cfg.replace('/', '-').replace('@', '-')}-{uuid.uuid4().hex[:6]}"
         s = settings(broker, tag, f"{tag}.ev", max_batch)

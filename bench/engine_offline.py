@@ -38,7 +38,7 @@ from bench_engine import model_config, passthrough_engine, serving_models, throu
 from ktstream.config import load_settings  # noqa: E402
 from ktstream.data.histories import build_vocabularies  # noqa: E402
 from ktstream.engine import MemorySink, MemorySource, Record  # noqa: E402
-from ktstream.engine.service import build_engine, tune_gc, tune_malloc  # noqa: E402
+from ktstream.engine.service import build_engine, tune_process  # noqa: E402
 
 PARTITIONS = 4
 
@@ -96,8 +96,7 @@ def main() -> None:
     recs, load = records(args.events, args.mean_length)
     items, concepts = build_vocabularies(load)
     serving = serving_models(sorted({c.split("/")[0] for c in configs} - {"passthrough"}), items, concepts)
-    tune_gc()
-    tune_malloc()
+    tune_process(load_settings(None).engine)
     if args.under_valgrind:
         engine = engine_for(configs[0], serving, recs, args.max_batch)
         run(engine, args.warm_up)

@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from ktstream.config import Settings
+from ktstream.config import EngineSettings, Settings
 from ktstream.engine.bootstrap import ServingModel
 from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
@@ -92,6 +92,15 @@ def tune_malloc(mmap_threshold: int = 32 << 20, trim_threshold: int = 256 << 20)
     return mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1 and mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1
 
 
+def tune_process(engine: EngineSettings) -> None:
+    """The process tuning the engine's settings ask for (``gc_tuning``, ``malloc_tuning``); the
+    benches call it too, so that they measure the service as it runs."""
+    if engine.gc_tuning:
+        tune_gc()
+    if engine.malloc_tuning:
+        tune_malloc()
+
+
 class Service:
     def __init__(self, settings: Settings, serving: ServingModel, source: Source, sink: Sink, http: bool = True):
         torch.set_num_threads(settings.engine.torch_threads)
@@ -111,10 +120,7 @@ class Service:
         return self.engine.metrics
 
     def run(self, until: Callable[[], bool] | None = None) -> None:
-        if self.settings.engine.gc_tuning:
-            tune_gc()
-        if self.settings.engine.malloc_tuning:
-            tune_malloc()
+        tune_process(self.settings.engine)
         try:
             self.engine.run(self._stop, until)
         except BaseException as exc:

@@ -71,7 +71,8 @@ class _Arena:
         self.arrays = {k: zeros((rows, *shape), dtypes[k]) for k, shape in row_shapes.items()}
         self.free: list[int] = []  # rows given back, taken again first (last in, first out)
         self.top = 0  # rows from here on were never taken
-        self.used = np.zeros(rows, bool)  # a window row written since it was made: no longer all zeros
+        # window rows whose first W - 1 slots (where a new learner's empty slots are read) may not be zeros
+        self.used = np.zeros(rows, bool)
         self.row_nbytes = row_nbytes
 
     def allocate(self, n: int) -> list["Row"]:
@@ -95,10 +96,14 @@ class _Arena:
     def _gather(self, states: list[State], take) -> State:
         """Per key, ``take(array, rows, mine)`` for the states in this arena (``mine``: their places
         in ``states``) and ``take(array, None, None)`` of each other state's (1, ...) array (a new
-        learner's initial state, a rebuilt or restored one), copied one by one."""
+        learner's initial state, a rebuilt or restored one), copied once per distinct state (new
+        learners share one initial state)."""
         own = [isinstance(s, RowState) and s.row.arena is self for s in states]
         mine = [b for b, o in enumerate(own) if o]
-        others = [b for b, o in enumerate(own) if not o]
+        others: dict[int, list[int]] = {}  # id of a state -> its places
+        for b, o in enumerate(own):
+            if not o:
+                others.setdefault(id(states[b]), []).append(b)
         rows = np.fromiter((states[b].row.index for b in mine), np.intp, len(mine))
         out = {}
         for name, a in self.arrays.items():
@@ -106,8 +111,8 @@ class _Arena:
             if others:
                 x = np.empty((len(states), *got.shape[1:]), a.dtype)
                 x[mine] = got
-                for b in others:
-                    x[b] = take(states[b][name].numpy(), None, None)[0]
+                for places in others.values():
+                    x[places] = take(states[places[0]][name].numpy(), None, None)
                 got = x
             out[name] = torch.from_numpy(got)
         return out
@@ -146,6 +151,7 @@ class WindowArena(_Arena):
         stays = [isinstance(p, ArenaState) and p.row.arena is self and p.first + W < S for p in previous]
         new_rows = iter(self.allocate(len(previous) - sum(stays)))
         out, moves, copies = [], [], []  # moves: (from row, from first, to row); copies: (to row, plain state)
+        cleared = []  # fresh rows of learners with no history that an earlier window left values in
         for p, stay in zip(previous, stays):
             if stay:
                 out.append(ArenaState(p.row, p.first + 1, p.count + 1))
@@ -153,8 +159,10 @@ class WindowArena(_Arena):
             row = next(new_rows)
             if isinstance(p, ArenaState) and p.row.arena is self:
                 moves.append((p.row.index, p.first, row.index))
-            elif count_of(p) or self.used[row.index]:
-                copies.append((row.index, p))  # a fresh row of an initial state is already zeros
+            elif count_of(p):
+                copies.append((row.index, p))
+            elif self.used[row.index]:  # no history: empty slots, zeros (a never-used row already is)
+                cleared.append(row.index)
             out.append(ArenaState(row, 0, count_of(p) + 1))
         rows = np.fromiter((s.row.index for s in out), np.intp, len(out))
         ends = rows * S + np.fromiter((s.first for s in out), np.intp, len(out)) + (W - 1)  # flat slot numbers
@@ -168,8 +176,12 @@ class WindowArena(_Arena):
                 slots[to] = np.take(slots, source, axis=0)
             for row, p in copies:
                 a[row, : W - 1] = p[name].numpy()[0, 1:]  # empty slots are zeros in every state
+            if cleared:
+                a[cleared, : W - 1] = 0
             slots[ends] = entries[name]
-        self.used[rows] = True
+        # appends write from slot W - 1 on; a moved or copied window fills the slots before it
+        self.used[[to_row for _, _, to_row in moves] + [row for row, _ in copies]] = True
+        self.used[cleared] = False
         return out
 
     def __deepcopy__(self, memo) -> "WindowArena":

@@ -307,16 +307,20 @@ def test_caches_are_appended_in_place_in_the_arena_only(cache_dtype, make_histor
     assert {r.first for r in rows} == {1}  # copied in, ``spare`` appends in place, moved, one more
 
 
-def test_arena_rows_are_reused_only_when_nothing_refers_to_them(make_histories):
+@pytest.mark.parametrize("updates", ["in its first row", "after a move"])
+def test_arena_rows_are_reused_only_when_nothing_refers_to_them(updates, make_histories):
     """A row goes back to the arena when the last state or tensor made from it goes (the cache
     evicting a learner, the engine dropping a staged state), and a new learner taking it sees
-    empty slots, not the earlier learner's."""
+    empty slots, not the earlier learner's: whether the earlier window was appended in that row
+    only (slots from W - 1 on) or moved into it (the slots before too)."""
     model = build("sakt")
-    _, hist = make_histories([W, W], N_ITEMS, N_CONCEPTS, 2, seed=24)
+    T = W - 1 if updates == "in its first row" else arena_module.spare_slots(W) + 3  # moved, then one append
+    _, hist = make_histories([T + 1, T + 1], N_ITEMS, N_CONCEPTS, 2, seed=24)
     with torch.inference_mode():
         rows = [model.init_state(1)] * 2
-        for t in range(W - 1):
+        for t in range(T):
             rows = model.update_rows(stack_states(rows), hist.at(t), rows)
+        assert all(r.first == (T - 1 if updates == "in its first row" else 1) for r in rows)
         arena, taken = model.arena(), {r.row.index for r in rows}
         assert len(taken) == 2 and not taken & set(arena.free)
         view = rows[0]["retriever_0_k"]
@@ -325,8 +329,8 @@ def test_arena_rows_are_reused_only_when_nothing_refers_to_them(make_histories):
         del view
         assert taken <= set(arena.free)
         start = [model.init_state(1)] * 2
-        new = model.update_rows(stack_states(start), hist.at(W - 1), start)
-        expected = model.update(stack_states(start), hist.at(W - 1))
+        new = model.update_rows(stack_states(start), hist.at(T), start)
+        expected = model.update(stack_states(start), hist.at(T))
     assert {r.row.index for r in new} == taken  # the freed rows, taken again
     assert all(states_equal(r, {k: v[b:b + 1] for k, v in expected.items()}, atol=0) for b, r in enumerate(new))
 

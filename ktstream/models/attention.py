@@ -62,6 +62,25 @@ def window(q_pos: torch.Tensor, q_time: torch.Tensor, k_pos: torch.Tensor, k_val
     return Window(allowed, d.float(), secs, timed, log_minutes)
 
 
+def cached_window(count: torch.Tensor, q_time: torch.Tensor, k_time: torch.Tensor) -> Window:
+    """``window`` of one query per learner over its cached slots only (serving ``predict``).
+
+    ``count`` (B,) interactions applied, ``q_time`` (B,), ``k_time`` (B, S) of the last S slots
+    (S <= W). Slot i holds interaction ``count - S + i`` and the query's anchor is ``count``, so
+    its distance is ``S - i`` for every learner (one (1, 1, S) row) and a slot is visible when it
+    holds an interaction: the same Window as ``window`` gives, in fewer operations (this runs
+    once per wave, where each tensor operation costs microseconds).
+    """
+    S = k_time.shape[1]
+    slot = torch.arange(S, device=count.device)
+    allowed = (slot >= (S - count).unsqueeze(1)).unsqueeze(1)  # (B, 1, S)
+    elapsed = q_time.unsqueeze(1) - k_time  # (B, S) float64 epoch seconds
+    timed = ~torch.isnan(elapsed)
+    secs = torch.where(timed, elapsed, 0.0).clamp(min=0.0).float().unsqueeze(1)
+    log_minutes = torch.log1p(secs / 60.0) if bool(timed.any()) else None
+    return Window(allowed, (S - slot).float().view(1, 1, S), secs, timed.unsqueeze(1), log_minutes)
+
+
 class TimeDecayRelation(nn.Module):
     """The relation term R and its per-head mixing weight lambda (see module docstring).
 

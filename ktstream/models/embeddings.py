@@ -11,10 +11,13 @@ import torch
 from torch import nn
 
 
-def mean_over_concepts(table: nn.Embedding, concepts: torch.Tensor) -> torch.Tensor:
-    """(..., C) concept ids, 0 = padding -> (..., D) mean embedding (zeros when none)."""
-    emb = table(concepts)  # (..., C, D)
+def mean_over_concepts(table: nn.Embedding, concepts: torch.Tensor, ids: torch.Tensor | None = None) -> torch.Tensor:
+    """(..., C) concept ids, 0 = padding -> (..., D) mean embedding of rows ``ids`` (default: the
+    concept ids themselves) over the present concepts (zeros when none)."""
+    emb = table(concepts if ids is None else ids)  # (..., C, D)
     present = (concepts > 0).unsqueeze(-1).to(emb.dtype)
+    if concepts.shape[-1] == 1:  # one concept slot (the common case): the same numbers, in fewer operations
+        return emb.squeeze(-2) * present.squeeze(-2)
     return (emb * present).sum(-2) / present.sum(-2).clamp(min=1.0)
 
 
@@ -44,9 +47,7 @@ class InteractionEmbedding(nn.Module):
 
     def forward(self, items: torch.Tensor, concepts: torch.Tensor, responses: torch.Tensor) -> torch.Tensor:
         r = responses.clamp(min=0)  # padded / absent responses are masked out by the caller
-        emb = self.concept(concepts * self.K + r.unsqueeze(-1))  # (..., C, D)
-        present = (concepts > 0).unsqueeze(-1).to(emb.dtype)
-        out = (emb * present).sum(-2) / present.sum(-2).clamp(min=1.0)
+        out = mean_over_concepts(self.concept, concepts, concepts * self.K + r.unsqueeze(-1))
         if self.item is not None:
             out = out + self.item(items * self.K + r)
         return out

@@ -136,12 +136,13 @@ def widen(state: State, width: int) -> State:
     return {k: v if k == "count" else F.pad(v, (0, 0, cut, 0) if v.dim() == 3 else (cut, 0)) for k, v in state.items()}
 
 
-def append_rows(ks: KeySpace, previous: list[State], arena: WindowArena) -> list[State]:
-    """``shift_rows`` built on each learner's previous state (``previous``, the states the batch
-    ``ks.state`` was stacked from), in ``arena``: one entry written per learner and cached name
-    instead of a window copied (see ktstream.models.arena). CPU only."""
-    assert ks.state is not None and all(v.shape[1] == 1 for v in ks.new.values()), "append one per learner"
-    entries = {name: v.to(arena.dtype).numpy()[:, 0] for name, v in ks.new.items()} | {"time": ks.time[:, -1].numpy()}
+def append_rows(new: dict[str, torch.Tensor], times: torch.Tensor, previous: list[State],
+                arena: WindowArena) -> list[State]:
+    """``shift_rows`` built on each learner's previous state (``previous``): ``new`` (name ->
+    (B, 1, D), every cached name) and ``times`` (B,) appended in ``arena``, one entry written per
+    learner and name instead of a window copied (see ktstream.models.arena). CPU only."""
+    assert all(v.shape[1] == 1 for v in new.values()), "append one per learner"
+    entries = {name: v.to(arena.dtype).numpy()[:, 0] for name, v in new.items()} | {"time": times.numpy()}
     return arena.append(previous, entries)
 
 

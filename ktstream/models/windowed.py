@@ -30,7 +30,7 @@ from torch import nn
 from ktstream.data.histories import Histories, Interactions
 from ktstream.models import kvcache
 from ktstream.models.arena import ArenaState, WindowArena, count_of
-from ktstream.models.attention import Block, window
+from ktstream.models.attention import Block, cached_window, window
 from ktstream.models.base import KTModel, State
 
 CACHE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -63,6 +63,7 @@ class WindowedKT(KTModel):
         self.head = nn.Sequential(nn.Linear(2 * dim, ffn), nn.ReLU(), nn.Dropout(dropout),
                                   nn.Linear(ffn, n_categories))
         self._cache_dims = self._named_cache_dims()  # fixed by the layers above; read several times per wave
+        self._last_query: tuple[Interactions, torch.Tensor] | None = None  # (query, its question embedding)
 
     # -- family hooks ----------------------------------------------------
     def embed_question(self, items: torch.Tensor, concepts: torch.Tensor) -> torch.Tensor:
@@ -135,19 +136,28 @@ class WindowedKT(KTModel):
                 k, v = blk.attn.kv(h, h)
                 h, _ = self._attend(blk, h, ks.extend(f"{name}_{i}_k", k), ks.extend(f"{name}_{i}_v", v), blocks, q)
             source[name] = h  # (B, T, D), computed once per interaction
-        for i, blk in enumerate(self.retriever):
-            k, v = blk.attn.kv(source[self.key_source], source[self.value_source])
-            ks.add(f"retriever_{i}_k", k)
-            ks.add(f"retriever_{i}_v", v)
-        if self.relation_proj is not None:
-            ks.add("relation", F.normalize(self.relation_proj(q), dim=-1))
+        for name, entry in self._retrieval_entries(source, q).items():
+            ks.add(name, entry)
         return ks
+
+    def _retrieval_entries(self, source: dict[str, torch.Tensor], q: torch.Tensor) -> dict[str, torch.Tensor]:
+        """What the cache keeps of new interactions for retrieval: each retriever layer's keys and
+        values (from the encoder stacks' outputs, or the raw embeddings) and the relation vectors."""
+        out = {}
+        for i, blk in enumerate(self.retriever):
+            out[f"retriever_{i}_k"], out[f"retriever_{i}_v"] = blk.attn.kv(source[self.key_source],
+                                                                         source[self.value_source])
+        if self.relation_proj is not None:
+            out["relation"] = F.normalize(self.relation_proj(q), dim=-1)
+        return out
 
     def _retrieve(self, ks: kvcache.KeySpace, q: torch.Tensor, anchor: torch.Tensor, times: torch.Tensor,
                   n_new: int):
         """Queries (B, Tq) read the W keys before their anchor; returns (B, Tq, D) and the last weights."""
-        blocks = self._blocks(anchor, times, ks, n_new, include_self=False)
-        v = ks.full
+        return self._retrieve_in(self._blocks(anchor, times, ks, n_new, include_self=False), ks.full, q)
+
+    def _retrieve_in(self, blocks, v, q: torch.Tensor):
+        """``_retrieve`` over given blocks; ``v(name)`` is the (B, S, D) keys or values of a cached name."""
         x = q
         if self.query_encoder in self.encoders:
             for i, blk in enumerate(self.encoders[self.query_encoder]):
@@ -185,11 +195,12 @@ class WindowedKT(KTModel):
         return kvcache.empty(batch_size, self.window, self.cache_dims(), CACHE_DTYPES[self.cache_dtype], p.device)
 
     def _read(self, state: State, query: Interactions):
-        ks = kvcache.keyspace(state, dtype=next(self.parameters()).dtype)
-        for name in self.cache_dims():
-            ks.add(name, None)
+        """One query per learner over its cache: the cached window (``cached_window``), no key space."""
         q = self.embed_question(query.items.unsqueeze(1), query.concepts.unsqueeze(1))  # (B, 1, D)
-        x, w = self._retrieve(ks, q, state["count"].unsqueeze(1), query.times.unsqueeze(1), 0)
+        self._last_query = (query, q)  # the engine then applies the same events: ``_embedded`` reuses q
+        win = cached_window(state["count"], query.times, state["time"])
+        cached = lambda name: state[name].to(q.dtype)  # noqa: E731 (an fp16 cache is widened)
+        x, w = self._retrieve_in([(0, 1, 0, state["time"].shape[1], win)], cached, q)
         return x, w, q
 
     def predict(self, state: State, query: Interactions) -> torch.Tensor:
@@ -203,7 +214,12 @@ class WindowedKT(KTModel):
     def update_rows(self, state: State, interaction: Interactions, previous: list[State] | None = None) -> list[State]:
         if previous is not None and all(t.device.type == "cpu" for t in state.values()):
             # one entry written per learner, not a window copied; ``state`` may be cut (filled_slots)
-            return kvcache.append_rows(self._appended(state, interaction), previous, self.arena())
+            if self.encoders:
+                entries = self._appended(state, interaction).new
+            else:  # nothing attends over the cache on the way in: the new entries alone, no key space
+                q, y = self._embedded(interaction)
+                entries = self._retrieval_entries({"question": q, "interaction": y}, q)
+            return kvcache.append_rows(entries, interaction.times, previous, self.arena())
         return kvcache.shift_rows(self._appended(kvcache.widen(state, self.window), interaction),
                                   CACHE_DTYPES[self.cache_dtype])
 
@@ -229,12 +245,19 @@ class WindowedKT(KTModel):
 
     def _appended(self, state: State, interaction: Interactions) -> kvcache.KeySpace:
         """The cache followed by one new interaction per learner (encoders run on it)."""
-        i = interaction
-        B = len(i)
-        q = self.embed_question(i.items.unsqueeze(1), i.concepts.unsqueeze(1))
-        y = self.embed_interaction(i.items.unsqueeze(1), i.concepts.unsqueeze(1), i.responses.unsqueeze(1), q)
-        applied = torch.ones(B, 1, dtype=torch.bool, device=q.device)
-        return self._append(state, q, y, state["count"].unsqueeze(1), applied, i.times.unsqueeze(1))
+        q, y = self._embedded(interaction)
+        applied = torch.ones(len(interaction), 1, dtype=torch.bool, device=q.device)
+        return self._append(state, q, y, state["count"].unsqueeze(1), applied, interaction.times.unsqueeze(1))
+
+    def _embedded(self, interaction: Interactions) -> tuple[torch.Tensor, torch.Tensor]:
+        """Question and interaction embeddings (B, 1, D) of one interaction per learner; the question
+        embedding is the last read's when these are the very events it predicted."""
+        i, last, self._last_query = interaction, self._last_query, None
+        if last is not None and last[0] is i:
+            q = last[1]
+        else:
+            q = self.embed_question(i.items.unsqueeze(1), i.concepts.unsqueeze(1))
+        return q, self.embed_interaction(i.items.unsqueeze(1), i.concepts.unsqueeze(1), i.responses.unsqueeze(1), q)
 
     def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:
         """Attention of the last retriever layer over the cached past (slots oldest first).
@@ -260,11 +283,11 @@ class WindowedKT(KTModel):
         so building (B, H, W) maps for every wave would be work thrown away."""
         w = w[:, :, 0]  # (B, H, 1 + S); S < W when the batch was cut to its filled slots
         avg = w.mean(1)
-        entropy = lambda p: -(p * p.clamp(min=1e-12).log()).sum(-1)  # noqa: E731
         W = self.window
-        per_head = entropy(w).mean(1)
+        per_head = -torch.special.xlogy(w, w).sum(-1).mean(1)  # entropy, 0 log 0 = 0
         cut = W + 1 - w.shape[-1]  # empty slots left out: weight 0, as in the whole window
-        out = {"attention_null": avg[:, 0], "attention_entropy": per_head, "head_diversity": entropy(avg) - per_head}
+        out = {"attention_null": avg[:, 0], "attention_entropy": per_head,
+               "head_diversity": -torch.special.xlogy(avg, avg).sum(-1) - per_head}
         if max_values is None or W <= max_values:
             out["attention"] = F.pad(avg[:, 1:], (cut, 0))
             out["attention_positions"] = (state["count"].unsqueeze(1) - W + torch.arange(W)).clamp(min=-1)

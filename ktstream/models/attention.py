@@ -143,6 +143,7 @@ class WindowAttention(nn.Module):
         self.phi = nn.Parameter(torch.full((heads,), -3.0))  # decay per log-minute
         self.relation = TimeDecayRelation(heads) if relation else None
         self.router = HeadRouter(dim, heads, shared_heads, routed_topk) if routed_topk else None
+        self.register_buffer("eye", torch.eye(heads).view(1, heads, heads, 1), persistent=False)  # for _scores
 
     def kv(self, src_k: torch.Tensor, src_v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """What a cache stores for a key: its projected key and value, (..., D) each."""
@@ -155,18 +156,18 @@ class WindowAttention(nn.Module):
     # batched matmul each, instead of copying them into head-major (B, H, S, dk) layout first. The
     # query is spread block-diagonally over the heads, so each head's dot products come out of one
     # (B, H, D) x (B, D, S) product; the value side keeps each head's own block of (B, H, D).
-    def _scores(self, q: torch.Tensor, k: torch.Tensor, kh: torch.Tensor) -> torch.Tensor:
+    def _scores(self, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """(B, H, Tq, S) query-key dot products."""
         if q.shape[-2] != 1 or torch.is_grad_enabled():
-            return q @ kh.transpose(-1, -2)
+            return q @ self._heads(k).transpose(-1, -2)
         B, H = q.shape[0], self.heads
-        spread = q.squeeze(-2).unsqueeze(2) * torch.eye(H, dtype=q.dtype, device=q.device).view(1, H, H, 1)
+        spread = q.squeeze(-2).unsqueeze(2) * self.eye  # (B, H, H, dk): head h's query in block h
         return torch.bmm(spread.reshape(B, H, H * self.dk), k.transpose(1, 2)).unsqueeze(2)
 
-    def _weighted(self, w: torch.Tensor, v: torch.Tensor, vh: torch.Tensor) -> torch.Tensor:
+    def _weighted(self, w: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """(B, H, Tq, dk) attention-weighted values."""
         if w.shape[-2] != 1 or torch.is_grad_enabled():
-            return w @ vh
+            return w @ self._heads(v)
         B, H = w.shape[0], self.heads
         every = torch.bmm(w.squeeze(2), v).view(B, H, H, self.dk)  # head h's weights on every head's values
         return torch.diagonal(every, dim1=1, dim2=2).transpose(1, 2).unsqueeze(2)
@@ -177,11 +178,11 @@ class WindowAttention(nn.Module):
         Returns the output (B, Tq, D) and the weights (B, H, Tq, 1 + S [+ 1])."""
         B, Tq, D = x.shape
         H, scale = self.heads, 1.0 / math.sqrt(self.dk)
-        q, kh, vh = self._heads((self.k if self.q is None else self.q)(x)), self._heads(k), self._heads(v)  # (B, H, Tq|S, dk)
+        q = self._heads((self.k if self.q is None else self.q)(x))  # (B, H, Tq, dk)
         bias = -F.softplus(self.theta).view(1, H, 1, 1) * win.dist.unsqueeze(1)
         if win.log_minutes is not None:  # the seconds term: 0 where either side has no clock
             bias = bias - F.softplus(self.phi).view(1, H, 1, 1) * win.log_minutes.unsqueeze(1)
-        logits = (self._scores(q, k, kh) * scale + bias).masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
+        logits = (self._scores(q, k) * scale + bias).masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
         null_k, null_v = self.null_k.view(H, 1, self.dk), self.null_v.view(H, 1, self.dk)
         cols = [(q * null_k).sum(-1, keepdim=True) * scale, logits]  # null slot first
         if self_kv is not None:
@@ -191,8 +192,8 @@ class WindowAttention(nn.Module):
         if self.relation is not None:
             assert self_kv is None, "the time-decay relation is for retrieval over past interactions only"
             w = self.relation(w, rel[0], rel[1], win)
-        S = kh.shape[-2]
-        out = w[..., :1] * null_v + self._weighted(w[..., 1: 1 + S], v, vh)  # (B, H, Tq, dk)
+        S = k.shape[-2]
+        out = w[..., :1] * null_v + self._weighted(w[..., 1: 1 + S], v)  # (B, H, Tq, dk)
         if self_kv is not None:
             out = out + w[..., -1:] * sv
         if self.router is not None:
@@ -212,5 +213,16 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, win: Window, **kw):
         a, w = self.attn(x, k, v, win, **kw)
+        if not self.training:  # the same without the dropout layers' calls (serving: each costs microseconds)
+            x = self.ln1(x + a)
+            return self.ln2(x + without_dropout(self.ffn, x)), w
         x = self.ln1(x + self.drop(a))
         return self.ln2(x + self.drop(self.ffn(x))), w
+
+
+def without_dropout(layers: nn.Sequential, x: torch.Tensor) -> torch.Tensor:
+    """``layers(x)`` in eval mode, skipping the dropout layers (identities there) instead of calling them."""
+    for layer in layers:
+        if not isinstance(layer, nn.Dropout):
+            x = layer(x)
+    return x

@@ -142,7 +142,8 @@ def append_rows(new: dict[str, torch.Tensor], times: torch.Tensor, previous: lis
     (B, 1, D), every cached name) and ``times`` (B,) appended in ``arena``, one entry written per
     learner and name instead of a window copied (see ktstream.models.arena). CPU only."""
     assert all(v.shape[1] == 1 for v in new.values()), "append one per learner"
-    entries = {name: v.to(arena.dtype).numpy()[:, 0] for name, v in new.items()} | {"time": times.numpy()}
+    entries = {name: (v if v.dtype == arena.dtype else v.to(arena.dtype)).numpy()[:, 0] for name, v in new.items()}
+    entries["time"] = times.numpy()
     return arena.append(previous, entries)
 
 

@@ -30,7 +30,7 @@ from torch import nn
 from ktstream.data.histories import Histories, Interactions
 from ktstream.models import kvcache
 from ktstream.models.arena import ArenaState, WindowArena, count_of
-from ktstream.models.attention import Block, cached_window, window
+from ktstream.models.attention import Block, cached_window, window, without_dropout
 from ktstream.models.base import KTModel, State
 
 CACHE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
@@ -171,7 +171,8 @@ class WindowedKT(KTModel):
         return x, w
 
     def _log_probs(self, x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-        return F.log_softmax(self.head(torch.cat([x, q], dim=-1)), dim=-1)
+        h = torch.cat([x, q], dim=-1)
+        return F.log_softmax(self.head(h) if self.training else without_dropout(self.head, h), dim=-1)
 
     # -- training path ---------------------------------------------------
     def forward(self, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State]:
@@ -199,7 +200,7 @@ class WindowedKT(KTModel):
         q = self.embed_question(query.items.unsqueeze(1), query.concepts.unsqueeze(1))  # (B, 1, D)
         self._last_query = (query, q)  # the engine then applies the same events: ``_embedded`` reuses q
         win = cached_window(state["count"], query.times, state["time"])
-        cached = lambda name: state[name].to(q.dtype)  # noqa: E731 (an fp16 cache is widened)
+        cached = lambda name: state[name] if state[name].dtype == q.dtype else state[name].to(q.dtype)  # noqa: E731
         x, w = self._retrieve_in([(0, 1, 0, state["time"].shape[1], win)], cached, q)
         return x, w, q
 

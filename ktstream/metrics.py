@@ -146,11 +146,13 @@ class EngineMetrics:
             self.cal_n.labels(self.bins[i]).inc(int(q.n[i]))
             self.cal_correct.labels(self.bins[i]).inc(float(q.correct[i]))
             self.cal_p.labels(self.bins[i]).inc(float(q.p_sum[i]))
-        self.auc.set(self.quality.auc())
-        self.log_loss.set(self.quality.log_loss())
 
     def observe_state(self, learners: int, nbytes: int, evictions: int, lag: dict[tuple[str, int], int]) -> None:
-        """Gauges sampled by the engine loop: cache size and per-partition lag."""
+        """Gauges sampled by the engine loop: cache size, per-partition lag and the rolling quality
+        (reading river's rolling AUC walks its whole window: once per sample, not per micro-batch)."""
+        if self.quality.seen:
+            self.auc.set(self.quality.auc())
+            self.log_loss.set(self.quality.log_loss())
         self.cached.set(learners)
         self.cache_bytes.set(nbytes)
         self.evictions.inc(max(evictions - self._evictions_seen, 0))

@@ -30,7 +30,9 @@ def test_every_documented_series_is_exported_and_counts(kit):
     cal = sum(float(m) for m in re.findall(r"^ktstream_calibration_predictions_total{.*} (\S+)", text, re.M))
     assert cal == answered, "every answered binary prediction lands in one calibration bin"
     auc = float(re.search(r"^ktstream_online_roc_auc (\S+)", text, re.M).group(1))
-    assert 0.0 <= auc <= 1.0
+    assert 0.0 <= auc <= 1.0 and auc == engine.metrics.quality.auc()  # sampled with the other gauges
+    loss = float(re.search(r"^ktstream_online_log_loss (\S+)", text, re.M).group(1))
+    assert loss == engine.metrics.quality.log_loss()
 
 
 def test_loop_phases_add_up_to_no_more_than_the_loop(kit):

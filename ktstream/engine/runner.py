@@ -157,7 +157,7 @@ class ModelRunner:
                 previous, current = [wave[b].learner.state for b in rows], batch
                 if not same:  # the query states were not all the current ones: stack what update reads
                     current = self._stack(self._update_buffer, previous, self.model.filled_slots(previous, update=True))
-                sub = query if same else _select(query, torch.tensor(rows))
+                sub = query if len(rows) == len(wave) else _select(query, torch.tensor(rows))
                 for b, s in zip(rows, self.model.update_rows(current, sub, previous)):  # never buffer views
                     new_states[b] = s
         for p, e, s in zip(wave, events, new_states):

@@ -30,9 +30,8 @@ import torch
 from ktstream.data.histories import NO_RESPONSE, Interactions
 from ktstream.data.vocab import Vocabulary
 from ktstream.engine.batcher import Planned
-from ktstream.engine.learner import step_key
+from ktstream.engine.learner import memory_nbytes, step_key
 from ktstream.engine.messages import MAX_EXTRA_VALUES
-from ktstream.models.arena import RowState
 from ktstream.models.base import KTModel, State, split_state
 
 #: Most bytes of learner state stacked for one model call (see the module docstring).
@@ -132,8 +131,7 @@ class ModelRunner:
         window slots the wave's learners fill (``KTModel.filled_slots``)."""
         states = [p.learner.state for p in wave]
         first = states[0]
-        whole = first.nbytes if isinstance(first, RowState) else sum(t.nbytes for t in first.values())
-        if len(wave) * whole <= STACK_BYTES:  # fits uncut (an arena row's bytes bound its stacked window)
+        if len(wave) * memory_nbytes(first) <= STACK_BYTES:  # fits uncut (an arena row's bytes bound its stacked window)
             return len(wave)
         tail = self.model.filled_slots(states) or {}
         per_learner = sum(t.nbytes * tail[k] // t.shape[1] if k in tail else t.nbytes for k, t in first.items())

@@ -44,38 +44,34 @@ class KeySpace:
     time: torch.Tensor  # (B, S) float64
     state: State | None = None
     dtype: torch.dtype = torch.float32  # compute dtype (an fp16 cache is widened to it)
-    new: dict[str, torch.Tensor | None] = field(default_factory=dict)  # name -> (B, T, D) chunk entries
+    new: dict[str, torch.Tensor] = field(default_factory=dict)  # name -> (B, T, D) chunk entries
     _full: dict[str, torch.Tensor] = field(default_factory=dict)
 
-    def add(self, name: str, new: torch.Tensor | None) -> None:
+    def add(self, name: str, new: torch.Tensor) -> None:
         self.new[name] = new
 
     def full(self, name: str) -> torch.Tensor:
         """(B, S, D): the cached slots of ``name`` followed by the chunk's entries (made once)."""
         if name not in self._full:
-            parts = [] if self.state is None else [self.state[name].to(self.dtype)]
-            parts += [] if self.new.get(name) is None else [self.new[name]]
-            self._full[name] = torch.cat(parts, 1) if len(parts) > 1 else parts[0]
+            new = self.new[name]
+            self._full[name] = new if self.state is None else torch.cat([self.state[name].to(self.dtype), new], 1)
         return self._full[name]
 
-    def extend(self, name: str, new: torch.Tensor | None) -> torch.Tensor:
+    def extend(self, name: str, new: torch.Tensor) -> torch.Tensor:
         self.add(name, new)
         return self.full(name)
 
 
-def keyspace(state: State | None, new_pos: torch.Tensor | None = None, new_valid: torch.Tensor | None = None,
-             new_time: torch.Tensor | None = None, dtype: torch.dtype = torch.float32) -> KeySpace:
-    """Positions, validity and times of cache ++ chunk (the chunk may be absent: predict)."""
-    pos, valid, time = [], [], []
-    if state is not None:
-        W = state["time"].shape[1]
-        cached = state["count"].unsqueeze(1) - W + torch.arange(W, device=state["count"].device)  # (B, W)
-        pos, valid, time = [cached], [cached >= 0], [state["time"]]
-    if new_pos is not None:
-        pos, valid, time = pos + [new_pos], valid + [new_valid], time + [new_time]
-    assert pos, "need a cache or new interactions"
-    join = lambda parts: parts[0] if len(parts) == 1 else torch.cat(parts, 1)  # noqa: E731 (predict: one part)
-    return KeySpace(join(pos), join(valid), join(time), state=state, dtype=dtype)
+def keyspace(state: State | None, new_pos: torch.Tensor, new_valid: torch.Tensor, new_time: torch.Tensor,
+             dtype: torch.dtype = torch.float32) -> KeySpace:
+    """Positions, validity and times of cache ++ chunk (no cache: the chunk alone). Serving
+    ``predict`` reads the cache without one (``attention.cached_window``)."""
+    if state is None:
+        return KeySpace(new_pos, new_valid, new_time, dtype=dtype)
+    W = state["time"].shape[1]
+    cached = state["count"].unsqueeze(1) - W + torch.arange(W, device=state["count"].device)  # (B, W)
+    return KeySpace(torch.cat([cached, new_pos], 1), torch.cat([cached >= 0, new_valid], 1),
+                    torch.cat([state["time"], new_time], 1), state=state, dtype=dtype)
 
 
 def roll(ks: KeySpace, count: torch.Tensor, width: int, dtype: torch.dtype) -> State:

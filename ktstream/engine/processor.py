@@ -94,18 +94,20 @@ class Processor:
             self._dead_letter(batch, d.record, "late", f"event time {d.event_time_ms} is older than the "
                               f"learner's last applied event ({learners[d.event.learner_id].last_event_time_ms})")
         batch.late_applied, batch.duplicates = planned.late_applied, len(planned.duplicates)
-        for wave in planned.waves:
-            probs, extras = self.runner.run_wave(wave)
-            fields = [None] * len(wave)
-            if extras:
-                vocab = self.runner.concepts
-                concepts = [{c: vocab.encode(c) for c in p.decoded.event.concept_ids} for p in wave] \
-                    if "mastery" in extras else None  # only mastery reads them
-                fields = messages.describe_rows(extras, concepts)
-            for p, row, f in zip(wave, probs.tolist(), fields):
-                self._predict(batch, p.decoded, row, p.late, f)
-                p.learner.remember(window_record(p.decoded, p.learner.events), self.window)
-            batch.wave_sizes.append(len(wave))
+        flat = [p for wave in planned.waves for p in wave]
+        # wave i holds each learner's i-th event, which makes its event count (the raw window's seq) ...
+        seqs = [p.learner.events + i + 1 for i, wave in enumerate(planned.waves) for p in wave]
+        probs, extras = self.runner.run(planned.waves)  # ... once applied
+        fields = [None] * len(flat)
+        if extras:
+            vocab = self.runner.concepts
+            concepts = [{c: vocab.encode(c) for c in p.decoded.event.concept_ids} for p in flat] \
+                if "mastery" in extras else None  # only mastery reads them
+            fields = messages.describe_rows(extras, concepts)
+        for p, row, f, seq in zip(flat, probs.tolist(), fields, seqs):
+            self._predict(batch, p.decoded, row, p.late, f)
+            p.learner.remember(window_record(p.decoded, seq), self.window)
+        batch.wave_sizes = [len(wave) for wave in planned.waves]
         touched = dict.fromkeys(p.learner.learner_id for wave in planned.waves for p in wave)
         batch.staged = [learners[lid] for lid in touched]
         return batch

@@ -1,4 +1,4 @@
-"""The model runner: one wave of events -> predictions, and the learners' new states.
+"""The model runner: a micro-batch's waves of events -> predictions, and the learners' new states.
 
 For a wave (each learner at most once) it stacks the learners' states into
 one batch, encodes the events with the model's vocabularies (unknown ids ->
@@ -7,6 +7,12 @@ state at the start of each event's step, and then ``model.update`` for the
 events that carry a response. Prediction-only events leave the state alone.
 The new states go into the learners' *working copies*; the cache only sees
 them after the batch is committed (see ktstream.engine.engine).
+
+Models whose update only appends what the interaction alone determines
+(``KTModel.entries``: attention caches without encoder stacks) skip the model
+call per wave: the waves append their entries, and afterwards every event is
+predicted from the state it was queried with, in one call for the micro-batch
+(states are never written once made, so each reads what it read in its wave).
 
 A wave is run in chunks of at most ``STACK_BYTES`` of stacked state (windows
 cut to the slots the learners fill: short histories make large chunks), each
@@ -114,40 +120,53 @@ class ModelRunner:
                              for p in wave), np.float64, len(wave))
         return Interactions(*map(torch.from_numpy, (items, concepts, responses, times)))
 
-    def run_wave(self, wave: list[Planned]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Predict every event of the wave, then apply the responses to the working states.
+    def run(self, waves: list[list[Planned]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Predict every event of the waves and apply the responses to the working states, wave
+        after wave. Returns probs (N, K) and the model's ``describe`` extras (leading dim N), the
+        events in wave order.
 
-        Returns probs (B, K) and the model's ``describe`` extras (each with leading dim B).
+        When the model's state changes depend on the interactions alone (``KTModel.entries``:
+        attention caches without encoder stacks), the waves only append those entries, and every
+        event is then predicted from the state it was queried with, in one model call for the
+        micro-batch instead of one per wave (a learner's several events in a micro-batch each
+        make a wave; a wave's model call costs about a millisecond whatever its size).
         """
-        size = self._chunk_size(wave)
-        parts = [self._run_chunk(wave[i : i + size]) for i in range(0, len(wave), size)]
-        if len(parts) == 1:
-            return parts[0]
-        probs = torch.cat([p for p, _ in parts])
-        return probs, {k: torch.cat([e[k] for _, e in parts]) for k in parts[0][1]}
+        flat = [p for wave in waves for p in wave]
+        if not flat:
+            return torch.empty(0, self.model.n_categories), {}
+        query = self.encode(flat)
+        with torch.inference_mode():
+            entries = self.model.entries(query)
+        if entries is not None:
+            return self._append_then_predict(waves, query, entries)
+        parts, start = [], 0
+        for wave in waves:
+            parts.append(self._run_wave(wave, _rows(query, start, start + len(wave))))
+            start += len(wave)
+        return _concat(parts)
 
-    def _chunk_size(self, wave: list[Planned]) -> int:
+    def _run_wave(self, wave: list[Planned], query: Interactions) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        size = self._chunk_size([p.learner.state for p in wave])
+        return _concat([self._run_chunk(wave[i : i + size], _rows(query, i, i + size))
+                        for i in range(0, len(wave), size)])
+
+    def _chunk_size(self, states: list[State]) -> int:
         """Learners per chunk: as many as ``STACK_BYTES`` of stacked state holds, counting only the
-        window slots the wave's learners fill (``KTModel.filled_slots``)."""
-        states = [p.learner.state for p in wave]
+        window slots these learners fill (``KTModel.filled_slots``)."""
         first = states[0]
-        if len(wave) * memory_nbytes(first) <= STACK_BYTES:  # fits uncut (an arena row's bytes bound its stacked window)
-            return len(wave)
+        if len(states) * memory_nbytes(first) <= STACK_BYTES:  # fits uncut (an arena row's bytes bound its stacked window)
+            return len(states)
         tail = self.model.filled_slots(states) or {}
         per_learner = sum(t.nbytes * tail[k] // t.shape[1] if k in tail else t.nbytes for k, t in first.items())
         return max(1, STACK_BYTES // max(per_learner, 1))
 
-    def _run_chunk(self, wave: list[Planned]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _run_chunk(self, wave: list[Planned], query: Interactions) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         events = [p.decoded.event for p in wave]
-        query = self.encode(wave)
         with torch.inference_mode():
             q_states = [p.learner.query_state(step_key(e.step_id, p.decoded.event_time_ms))
                         for p, e in zip(wave, events)]
             batch = self._stack(self._query_buffer, q_states, self.model.filled_slots(q_states))
-            if self.describes:
-                probs, extras = self.model.predict_described(batch, query, MAX_EXTRA_VALUES)  # (B, K), (B, ...)
-            else:
-                probs, extras = self.model.predict(batch, query), {}
+            probs, extras = self._predict(batch, query)
             rows = [b for b, e in enumerate(events) if e.response is not None]
             new_states: list[State | None] = [None] * len(wave)
             if rows:
@@ -158,11 +177,55 @@ class ModelRunner:
                 sub = query if len(rows) == len(wave) else _select(query, torch.tensor(rows))
                 for b, s in zip(rows, self.model.update_rows(current, sub, previous)):  # never buffer views
                     new_states[b] = s
-        for p, e, s in zip(wave, events, new_states):
-            p.learner.applied(s, p.decoded.record.tp, p.decoded.record.offset, e.event_id,
-                              p.decoded.event_time_ms, p.late)
-            p.learner.model_version = self.version
+        self._applied(wave, new_states)
         return probs, extras
+
+    def _append_then_predict(self, waves: list[list[Planned]], query: Interactions,
+                             entries: dict[str, np.ndarray]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``run`` for models whose updates append ``entries`` (row i: event i of the waves in order)."""
+        q_states: list[State] = []
+        fill = np.empty(len(query), np.int64)  # responses applied before each query: orders the chunks
+        start = 0
+        for wave in waves:
+            n, events = len(wave), [p.decoded.event for p in wave]
+            q_states += [p.learner.query_state(step_key(e.step_id, p.decoded.event_time_ms))
+                         for p, e in zip(wave, events)]
+            fill[start : start + n] = [p.learner.responses for p in wave]
+            rows = [b for b, e in enumerate(events) if e.response is not None]
+            new_states: list[State | None] = [None] * n
+            if rows:
+                take = slice(start, start + n) if len(rows) == n else np.array(rows, np.intp) + start
+                built = self.model.append_entries([wave[b].learner.state for b in rows],
+                                                  {k: a[take] for k, a in entries.items()})
+                for b, s in zip(rows, built):
+                    new_states[b] = s
+            self._applied(wave, new_states)
+            start += n
+        # the learners with the fullest windows first, so that each chunk stacks about as many slots as it uses
+        order = np.argsort(-fill, kind="stable")
+        ordered = [q_states[i] for i in order]
+        parts, i = [], 0
+        with torch.inference_mode():
+            while i < len(ordered):
+                size = self._chunk_size(ordered[i:])
+                chunk = ordered[i : i + size]
+                batch = self._stack(self._query_buffer, chunk, self.model.filled_slots(chunk))
+                parts.append(self._predict(batch, _select(query, torch.from_numpy(order[i : i + size]))))
+                i += size
+        probs, extras = _concat(parts)
+        inverse = torch.from_numpy(np.argsort(order))
+        return probs[inverse], {k: v[inverse] for k, v in extras.items()}
+
+    def _predict(self, batch: State, query: Interactions) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        if self.describes:
+            return self.model.predict_described(batch, query, MAX_EXTRA_VALUES)  # (B, K), (B, ...)
+        return self.model.predict(batch, query), {}
+
+    def _applied(self, wave: list[Planned], new_states: list[State | None]) -> None:
+        for p, s in zip(wave, new_states):
+            d = p.decoded
+            p.learner.applied(s, d.record.tp, d.record.offset, d.event.event_id, d.event_time_ms, p.late)
+            p.learner.model_version = self.version
 
     def _stack(self, buffer: StackBuffer, states: list[State], tail: dict[str, int] | None) -> State:
         """The model's own stacking (states in its memory: ``KTModel.stack``), else views of ``buffer``."""
@@ -172,3 +235,15 @@ class ModelRunner:
 
 def _select(x: Interactions, rows: torch.Tensor) -> Interactions:
     return Interactions(x.items[rows], x.concepts[rows], x.responses[rows], x.times[rows])
+
+
+def _rows(x: Interactions, start: int, stop: int) -> Interactions:
+    if start == 0 and stop >= len(x):
+        return x
+    return Interactions(x.items[start:stop], x.concepts[start:stop], x.responses[start:stop], x.times[start:stop])
+
+
+def _concat(parts: list[tuple[torch.Tensor, dict[str, torch.Tensor]]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    if len(parts) == 1:
+        return parts[0]
+    return torch.cat([p for p, _ in parts]), {k: torch.cat([e[k] for _, e in parts]) for k in parts[0][1]}

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -86,6 +87,18 @@ class KTModel(nn.Module):
         if self._arena is None or not self._arena.fits(new):
             self._arena = RowArena(new)
         return self._arena.store(new)  # one copy per key for the wave (ktstream.models.arena)
+
+    def entries(self, interactions: Interactions) -> dict[str, np.ndarray] | None:
+        """What ``update_rows`` on previous states adds for each interaction (name -> (N, ...)
+        arrays, for ``append_entries``), when that depends on the interactions alone, never on the
+        state; None (the default) when it does. The engine then applies a micro-batch's waves
+        with ``append_entries`` alone and predicts every event in one call (states are never
+        written once made, so each event's query state still reads what it read in its wave)."""
+        return None
+
+    def append_entries(self, previous: list[State], entries: dict[str, np.ndarray]) -> list[State]:
+        """``update_rows`` of ``previous`` (one learner each) by the ``entries`` of their interactions."""
+        raise NotImplementedError
 
     def stack(self, states: list[State], tail: dict[str, int] | None) -> State | None:
         """Per-learner states stacked by the model itself (cut to ``tail`` as ``filled_slots`` says),

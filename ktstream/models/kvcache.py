@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -138,9 +139,15 @@ def append_rows(new: dict[str, torch.Tensor], times: torch.Tensor, previous: lis
     (B, 1, D), every cached name) and ``times`` (B,) appended in ``arena``, one entry written per
     learner and name instead of a window copied (see ktstream.models.arena). CPU only."""
     assert all(v.shape[1] == 1 for v in new.values()), "append one per learner"
-    entries = {name: (v if v.dtype == arena.dtype else v.to(arena.dtype)).numpy()[:, 0] for name, v in new.items()}
-    entries["time"] = times.numpy()
-    return arena.append(previous, entries)
+    return arena.append(previous, entry_arrays(new, times, arena.dtype))
+
+
+def entry_arrays(new: dict[str, torch.Tensor], times: torch.Tensor, dtype: torch.dtype) -> dict[str, np.ndarray]:
+    """One new entry per learner (name -> (B, 1, D)) and ``times`` (B,) as the (B, D) and (B,)
+    arrays a ``WindowArena`` appends, in its ``dtype``."""
+    out = {name: (v if v.dtype == dtype else v.to(dtype)).numpy()[:, 0] for name, v in new.items()}
+    out["time"] = times.numpy()
+    return out
 
 
 def nbytes(state: State) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -216,13 +217,26 @@ class WindowedKT(KTModel):
         if previous is not None and all(t.device.type == "cpu" for t in state.values()):
             # one entry written per learner, not a window copied; ``state`` may be cut (filled_slots)
             if self.encoders:
-                entries = self._appended(state, interaction).new
-            else:  # nothing attends over the cache on the way in: the new entries alone, no key space
-                q, y = self._embedded(interaction)
-                entries = self._retrieval_entries({"question": q, "interaction": y}, q)
-            return kvcache.append_rows(entries, interaction.times, previous, self.arena())
+                return kvcache.append_rows(self._appended(state, interaction).new, interaction.times, previous,
+                                           self.arena())
+            return self.append_entries(previous, self._entries(interaction))  # no key space
         return kvcache.shift_rows(self._appended(kvcache.widen(state, self.window), interaction),
                                   CACHE_DTYPES[self.cache_dtype])
+
+    def entries(self, interactions: Interactions) -> dict[str, np.ndarray] | None:
+        """The cache entries of the interactions, when no encoder stack attends over the cache on the
+        way in (they depend on the interactions alone) and windows live in the arena (CPU)."""
+        if self.encoders or self.head[0].weight.device.type != "cpu":
+            return None
+        return self._entries(interactions)
+
+    def _entries(self, interactions: Interactions) -> dict[str, np.ndarray]:
+        q, y = self._embedded(interactions)
+        new = self._retrieval_entries({"question": q, "interaction": y}, q)
+        return kvcache.entry_arrays(new, interactions.times, self.arena().dtype)
+
+    def append_entries(self, previous: list[State], entries: dict[str, np.ndarray]) -> list[State]:
+        return self.arena().append(previous, entries)
 
     def arena(self) -> WindowArena:
         """The memory of the windows ``update_rows`` builds on previous states (made on first use)."""

@@ -50,6 +50,47 @@ def test_chunked_waves_give_the_same_messages(name, kit, monkeypatch):
     assert close(messages[1], messages[None]) and close(messages[3], messages[None])
 
 
+@pytest.mark.parametrize("name", ["sakt", "simplekt"])
+def test_appending_a_micro_batch_then_predicting_matches_running_each_wave(name, kit, monkeypatch):
+    """Models whose updates append entries made from the interactions alone (``KTModel.entries``)
+    apply a micro-batch's waves first and predict every event afterwards in one call
+    (ktstream.engine.runner). Messages and learner states (windows, step starts, raw windows,
+    counters) equal those of running each wave through the model, steps and prediction-only
+    events included."""
+    recs = kit.stream(n_learners=10, mean_length=14, seed=7)
+    items, concepts = kit.build_vocabularies(recs)
+    model = kit.tiny_model(name, items, concepts)
+    appended = []
+    monkeypatch.setattr(model, "append_entries", lambda prev, e, f=model.append_entries: appended.append(1) or f(prev, e))
+    runs = []
+    for waves_alone in (False, True):
+        if waves_alone:
+            monkeypatch.setattr(model, "entries", lambda interactions: None)
+        engine, source, sink = kit.memory_engine(model, items, concepts, kit.as_records(recs), max_batch=40)
+        kit.drain(engine, source)
+        messages = {p["event_id"]: {k: v for k, v in p.items() if not k.endswith("_at_ms")}
+                    for p in kit.outputs(sink, kit.PREDICTIONS)}
+        runs.append((messages, {lid: engine.cache.peek(lid) for lid in engine.cache.keys()}))
+    assert appended, "the appending path did not run"
+    (batched, batched_states), (waves, wave_states) = runs
+    assert len(batched) == len(recs) and close(batched, waves)
+    assert batched_states.keys() == wave_states.keys()
+    steps_open = 0
+    for lid, a in batched_states.items():
+        b = wave_states[lid]
+        assert (a.window, a.step_key, a.events, a.responses, a.last_offset) == \
+            (b.window, b.step_key, b.events, b.responses, b.last_offset)
+        seqs = [r.seq for r in a.window]
+        assert seqs == list(range(a.events - len(seqs) + 1, a.events + 1)), "seq: the learner's event count"
+        for mine, theirs in ((a.state, b.state), (a.step_state, b.step_state)):
+            assert (mine is None) == (theirs is None)
+            if mine is not None:
+                assert all(torch.allclose(mine[k].double(), theirs[k].double(), atol=1e-6, equal_nan=True)
+                           for k in theirs)
+        steps_open += a.step_state is not None
+    assert steps_open, "no learner ended with an open step: the stream no longer tests step starts"
+
+
 def close(a, b, atol: float = 1e-6) -> bool:
     """Equal JSON values, numbers within ``atol`` (batched kernels may round differently by batch size)."""
     if isinstance(a, dict):

@@ -17,7 +17,7 @@ from ktstream.models import arena as arena_module
 from ktstream.models import create, family, kvcache
 from ktstream.models.arena import ArenaState
 from ktstream.models.base import stack_states
-from ktstream.models.attention import HeadRouter, WindowAttention
+from ktstream.models.attention import SOFTMAX_MIN_COLUMNS, HeadRouter, WindowAttention, softmax_of_columns
 from ktstream.models.serving import replay
 
 N_ITEMS, N_CONCEPTS, W = 30, 12, 8
@@ -470,3 +470,23 @@ def test_explain_heatmap_rows_are_the_served_attention(make_histories, tmp_path)
     assert main(["explain", str(tmp_path / "events.jsonl"), "--learner", "u", "--model", "sakt",
                  "--model-arg", "dim=8", "--model-arg", "heads=2", "--model-arg", "window=8", "-o", str(out)]) == 0
     assert out.stat().st_size > 1000
+
+
+@pytest.mark.parametrize("width", [1, 2, SOFTMAX_MIN_COLUMNS - 1, SOFTMAX_MIN_COLUMNS, 40])
+def test_softmax_of_columns_is_the_softmax_of_the_concatenation(width):
+    """Narrow softmaxes are computed over -inf columns added to reach SOFTMAX_MIN_COLUMNS (torch's
+    CPU kernel is slow under it): the same weights, masked entries exactly 0, the same gradients."""
+    torch.manual_seed(0)
+    null = torch.randn(3, 2, 4, 1, requires_grad=True)
+    logits = torch.randn(3, 2, 4, width - 1).masked_fill(torch.rand(3, 2, 4, width - 1) < 0.3, float("-inf"))
+    logits.requires_grad_(True)
+    got = softmax_of_columns([null, logits])
+    want = torch.softmax(torch.cat([null, logits], -1), -1)
+    assert got.shape == want.shape and torch.allclose(got, want, atol=1e-7)
+    assert torch.equal(got == 0, want == 0)
+    g = torch.randn_like(want)
+    (got * g).sum().backward()
+    grads = null.grad.clone(), logits.grad.clone()
+    null.grad = logits.grad = None
+    (want * g).sum().backward()
+    assert torch.allclose(grads[0], null.grad, atol=1e-6) and torch.allclose(grads[1], logits.grad, atol=1e-6)

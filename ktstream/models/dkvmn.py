@@ -52,6 +52,7 @@ class DKVMN(KTModel):
         self.summary = nn.Linear(value_dim + key_dim, summary_dim)
         self.drop = nn.Dropout(dropout)
         self.head = self._make_head()
+        self._last_address: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def _make_head(self) -> nn.Module:
         return CategoricalHead(self.summary_dim, self.n_categories)
@@ -63,8 +64,16 @@ class DKVMN(KTModel):
 
     # -- memory blocks ---------------------------------------------------
     def _address(self, items: torch.Tensor, concepts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The question's key (..., Dk) and its weights over the memory slots (..., N). Serving
+        (inference mode) keeps the last result: the engine updates with the very tensors it
+        predicted (the same events), so the update reuses the prediction's addressing."""
+        serving, last = torch.is_inference_mode_enabled(), self._last_address
+        if serving and last is not None and last[0] is items and last[1] is concepts:
+            return last[2]
         key = self.question(items, concepts)  # (..., Dk)
-        return key, F.softmax(key @ self.keys.t(), dim=-1)  # (..., N)
+        out = key, F.softmax(key @ self.keys.t(), dim=-1)  # (..., N)
+        self._last_address = (items, concepts, out) if serving else None
+        return out
 
     @staticmethod
     def _read(weights: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:

@@ -60,19 +60,21 @@ def test_appending_a_micro_batch_then_predicting_matches_running_each_wave(name,
     recs = kit.stream(n_learners=10, mean_length=14, seed=7)
     items, concepts = kit.build_vocabularies(recs)
     model = kit.tiny_model(name, items, concepts)
-    appended = []
-    monkeypatch.setattr(model, "append_entries", lambda prev, e, f=model.append_entries: appended.append(1) or f(prev, e))
+    calls = []  # model calls (predictions) per run: one per micro-batch when appending, one per wave otherwise
+    monkeypatch.setattr(model, "predict_described",
+                        lambda *a, f=model.predict_described, **k: calls.append(1) or f(*a, **k))
     runs = []
     for waves_alone in (False, True):
         if waves_alone:
             monkeypatch.setattr(model, "entries", lambda interactions: None)
+        calls.clear()
         engine, source, sink = kit.memory_engine(model, items, concepts, kit.as_records(recs), max_batch=40)
         kit.drain(engine, source)
         messages = {p["event_id"]: {k: v for k, v in p.items() if not k.endswith("_at_ms")}
                     for p in kit.outputs(sink, kit.PREDICTIONS)}
-        runs.append((messages, {lid: engine.cache.peek(lid) for lid in engine.cache.keys()}))
-    assert appended, "the appending path did not run"
-    (batched, batched_states), (waves, wave_states) = runs
+        runs.append((messages, {lid: engine.cache.peek(lid) for lid in engine.cache.keys()}, len(calls)))
+    (batched, batched_states, batched_calls), (waves, wave_states, wave_calls) = runs
+    assert batched_calls < wave_calls, f"the appending path did not run: {batched_calls} vs {wave_calls} model calls"
     assert len(batched) == len(recs) and close(batched, waves)
     assert batched_states.keys() == wave_states.keys()
     steps_open = 0

@@ -11,7 +11,7 @@ use interactions at positions < step_start[b, t] only (invariant 1).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -32,10 +32,14 @@ class Interactions:
     times: torch.Tensor  # float64 seconds since epoch; NaN when the source has no clock
 
     def to(self, device) -> "Interactions":
-        return Interactions(**{f.name: getattr(self, f.name).to(device) for f in fields(self)})
+        return Interactions(**{f.name: getattr(self, f.name).to(device) for f in fields(Interactions)})  # derived: dropped
 
     def __len__(self) -> int:
         return self.items.shape[0]
+
+    def take(self, index: slice | torch.Tensor) -> "Interactions":
+        """Rows ``index``: a slice (views) or a tensor of row numbers."""
+        return Interactions(self.items[index], self.concepts[index], self.responses[index], self.times[index])
 
     @staticmethod
     def cat(parts: Sequence["Interactions"]) -> "Interactions":
@@ -43,6 +47,24 @@ class Interactions:
         conc = [torch.nn.functional.pad(p.concepts, (0, width - p.concepts.shape[1])) for p in parts]
         return Interactions(torch.cat([p.items for p in parts]), torch.cat(conc),
                             torch.cat([p.responses for p in parts]), torch.cat([p.times for p in parts]))
+
+
+@dataclass
+class Prepared(Interactions):
+    """Interactions with tensors a model derived from them alone, once for a whole micro-batch
+    (``KTModel.prepare``: embeddings, addressing); row i of each belongs to interaction i, and
+    ``take`` keeps them aligned."""
+
+    derived: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def take(self, index: slice | torch.Tensor) -> "Prepared":
+        return Prepared(self.items[index], self.concepts[index], self.responses[index], self.times[index],
+                        {name: v[index] for name, v in self.derived.items()})
+
+
+def derived(x: Interactions, name: str) -> torch.Tensor | None:
+    """The tensor ``name`` a model prepared for these interactions, if it did."""
+    return x.derived.get(name) if isinstance(x, Prepared) else None
 
 
 @dataclass

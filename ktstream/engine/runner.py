@@ -137,8 +137,9 @@ class ModelRunner:
         query = self.encode(flat)
         with torch.inference_mode():
             entries = self.model.entries(query)
-        if entries is not None:
-            return self._append_then_predict(waves, query, entries)
+            if entries is not None:
+                return self._append_then_predict(waves, query, entries)
+            query = self.model.prepare(query)  # what each wave would compute from its events alone
         parts, start = [], 0
         for wave in waves:
             parts.append(self._run_wave(wave, _rows(query, start, start + len(wave))))
@@ -174,7 +175,7 @@ class ModelRunner:
                 previous, current = [wave[b].learner.state for b in rows], batch
                 if not same:  # the query states were not all the current ones: stack what update reads
                     current = self._stack(self._update_buffer, previous, self.model.filled_slots(previous, update=True))
-                sub = query if len(rows) == len(wave) else _select(query, torch.tensor(rows))
+                sub = query if len(rows) == len(wave) else query.take(torch.tensor(rows))
                 for b, s in zip(rows, self.model.update_rows(current, sub, previous)):  # never buffer views
                     new_states[b] = s
         self._applied(wave, new_states)
@@ -210,7 +211,7 @@ class ModelRunner:
                 size = self._chunk_size(ordered[i:])
                 chunk = ordered[i : i + size]
                 batch = self._stack(self._query_buffer, chunk, self.model.filled_slots(chunk))
-                parts.append(self._predict(batch, _select(query, torch.from_numpy(order[i : i + size]))))
+                parts.append(self._predict(batch, query.take(torch.from_numpy(order[i : i + size]))))
                 i += size
         probs, extras = _concat(parts)
         inverse = torch.from_numpy(np.argsort(order))
@@ -233,14 +234,8 @@ class ModelRunner:
         return buffer.stack(states, tail) if stacked is None else stacked
 
 
-def _select(x: Interactions, rows: torch.Tensor) -> Interactions:
-    return Interactions(x.items[rows], x.concepts[rows], x.responses[rows], x.times[rows])
-
-
 def _rows(x: Interactions, start: int, stop: int) -> Interactions:
-    if start == 0 and stop >= len(x):
-        return x
-    return Interactions(x.items[start:stop], x.concepts[start:stop], x.responses[start:stop], x.times[start:stop])
+    return x if start == 0 and stop >= len(x) else x.take(slice(start, stop))
 
 
 def _concat(parts: list[tuple[torch.Tensor, dict[str, torch.Tensor]]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -88,6 +88,12 @@ class KTModel(nn.Module):
             self._arena = RowArena(new)
         return self._arena.store(new)  # one copy per key for the wave (ktstream.models.arena)
 
+    def prepare(self, interactions: Interactions) -> Interactions:
+        """The interactions with what ``predict`` and ``update`` compute from them alone (embeddings,
+        addressing) computed once, for a whole micro-batch (``histories.Prepared``); the engine then
+        hands each wave its rows (``Interactions.take``). The default prepares nothing."""
+        return interactions
+
     def entries(self, interactions: Interactions) -> dict[str, np.ndarray] | None:
         """What ``update_rows`` on previous states adds for each interaction (name -> (N, ...)
         arrays, for ``append_entries``), when that depends on the interactions alone, never on the

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ktstream.data.histories import Histories, Interactions
+from ktstream.data.histories import Histories, Interactions, Prepared, derived
 from ktstream.models.base import KTModel, State, gather_steps, where_state
 from ktstream.models.embeddings import InteractionEmbedding, QuestionEmbedding
 from ktstream.models.registry import register
@@ -43,8 +43,8 @@ class DKT(KTModel):
                     dim=self.dim, hidden=self.hidden, layers=self.layers, dropout=self.dropout_p,
                     use_items=self.use_items)
 
-    def _head(self, h: torch.Tensor, items: torch.Tensor, concepts: torch.Tensor) -> torch.Tensor:
-        q = self.question(items, concepts)
+    def _head(self, h: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+        """Log-probabilities from the state ``h`` and the question embedding ``q``."""
         return F.log_softmax(self.out(torch.cat([self.drop(h), q], dim=-1)), dim=-1)
 
     # -- training path ---------------------------------------------------
@@ -60,7 +60,7 @@ class DKT(KTModel):
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=T)  # (B, T, H)
         prefix = torch.cat([h0[-1].unsqueeze(1), out], dim=1)  # (B, T+1, H): after 0..T interactions
         h_at = gather_steps(prefix, histories.step_start)  # (B, T, H)
-        log_probs = self._head(h_at, histories.items, histories.concepts)
+        log_probs = self._head(h_at, self.question(histories.items, histories.concepts))
         final = {"h": hn.transpose(0, 1), "c": cn.transpose(0, 1)}  # (B, L, H)
         return log_probs, where_state(lengths > 0, final, state)
 
@@ -70,15 +70,24 @@ class DKT(KTModel):
         z = torch.zeros(batch_size, self.layers, self.hidden, dtype=p.dtype, device=p.device)
         return {"h": z, "c": z.clone()}
 
+    def prepare(self, interactions: Interactions) -> Prepared:
+        i = interactions
+        return Prepared(i.items, i.concepts, i.responses, i.times,
+                        {"question": self.question(i.items, i.concepts),
+                         "interaction": self.interaction(i.items, i.concepts, i.responses)})
+
     def predict(self, state: State, query: Interactions) -> torch.Tensor:
-        return self._head(state["h"][:, -1], query.items, query.concepts).exp()
+        q = derived(query, "question")
+        return self._head(state["h"][:, -1], self.question(query.items, query.concepts) if q is None else q).exp()
 
     def update(self, state: State, interaction: Interactions) -> State:
         """One step of the LSTM's cells, layer by layer (serving runs in eval mode: no dropout between
         layers). ``nn.LSTM`` on the CPU goes through oneDNN, which builds a primitive for every new batch
         size (measured: +0.9 ms for a wave of a size not seen before, in a stream where every wave size
         occurs); ``torch.lstm_cell`` is the same arithmetic without it."""
-        x = self.interaction(interaction.items, interaction.concepts, interaction.responses)  # (B, D)
+        x = derived(interaction, "interaction")  # (B, D)
+        if x is None:
+            x = self.interaction(interaction.items, interaction.concepts, interaction.responses)
         hs, cs = [], []
         for layer in range(self.layers):
             weights = [getattr(self.lstm, f"{w}_l{layer}") for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ktstream.data.histories import Histories, Interactions
+from ktstream.data.histories import Histories, Interactions, Prepared, derived
 from ktstream.models.base import KTModel, State, where_state
 from ktstream.models.embeddings import InteractionEmbedding, QuestionEmbedding
 from ktstream.models.registry import register
@@ -52,7 +52,6 @@ class DKVMN(KTModel):
         self.summary = nn.Linear(value_dim + key_dim, summary_dim)
         self.drop = nn.Dropout(dropout)
         self.head = self._make_head()
-        self._last_address: tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, torch.Tensor]] | None = None
 
     def _make_head(self) -> nn.Module:
         return CategoricalHead(self.summary_dim, self.n_categories)
@@ -64,16 +63,25 @@ class DKVMN(KTModel):
 
     # -- memory blocks ---------------------------------------------------
     def _address(self, items: torch.Tensor, concepts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The question's key (..., Dk) and its weights over the memory slots (..., N). Serving
-        (inference mode) keeps the last result: the engine updates with the very tensors it
-        predicted (the same events), so the update reuses the prediction's addressing."""
-        serving, last = torch.is_inference_mode_enabled(), self._last_address
-        if serving and last is not None and last[0] is items and last[1] is concepts:
-            return last[2]
+        """The question's key (..., Dk) and its weights over the memory slots (..., N)."""
         key = self.question(items, concepts)  # (..., Dk)
-        out = key, F.softmax(key @ self.keys.t(), dim=-1)  # (..., N)
-        self._last_address = (items, concepts, out) if serving else None
-        return out
+        return key, F.softmax(key @ self.keys.t(), dim=-1)  # (..., N)
+
+    def _address_of(self, x: Interactions) -> tuple[torch.Tensor, torch.Tensor]:
+        """``_address`` of one interaction per learner, as prepared for the micro-batch if it was."""
+        key = derived(x, "key")
+        return self._address(x.items, x.concepts) if key is None else (key, derived(x, "weights"))
+
+    def _value_of(self, x: Interactions) -> torch.Tensor:
+        """The interaction embedding (B, Dv) written to memory, as prepared if it was."""
+        value = derived(x, "value")
+        return self.interaction(x.items, x.concepts, x.responses) if value is None else value
+
+    def prepare(self, interactions: Interactions) -> Prepared:
+        i = interactions
+        key, weights = self._address(i.items, i.concepts)
+        return Prepared(i.items, i.concepts, i.responses, i.times,
+                        {"key": key, "weights": weights, "value": self.interaction(i.items, i.concepts, i.responses)})
 
     @staticmethod
     def _read(weights: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
@@ -112,10 +120,9 @@ class DKVMN(KTModel):
         return {"memory": self.value0.detach().unsqueeze(0).expand(batch_size, -1, -1).clone()}
 
     def predict(self, state: State, query: Interactions) -> torch.Tensor:
-        key, weights = self._address(query.items, query.concepts)
+        key, weights = self._address_of(query)
         return self._log_probs(self._read(weights, state["memory"]), key).exp()
 
     def update(self, state: State, interaction: Interactions) -> State:
-        _, weights = self._address(interaction.items, interaction.concepts)
-        value = self.interaction(interaction.items, interaction.concepts, interaction.responses)
-        return {"memory": self._write(state["memory"], weights, value)}
+        _, weights = self._address_of(interaction)
+        return {"memory": self._write(state["memory"], weights, self._value_of(interaction))}

@@ -247,22 +247,22 @@ class OrdinalDKVMN(DKVMN):
         return state
 
     def update(self, state: State, interaction: Interactions) -> State:
-        _, weights = self._address(interaction.items, interaction.concepts)
-        raw = self.interaction(interaction.items, interaction.concepts, interaction.responses)  # (B, Dv)
+        _, weights = self._address_of(interaction)
+        raw = self._value_of(interaction)  # (B, Dv)
         valid = torch.ones(raw.shape[0], 1, dtype=torch.bool, device=raw.device)
         value, cache = self._values(raw.unsqueeze(1), valid, state)
         return {"memory": self._write(state["memory"], weights, value[:, 0])} | cache
 
     def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:
         """The head's parameters for this query (theta, alpha, betas / CORAL score, tau) and the expected score."""
-        key, weights = self._address(query.items, query.concepts)
+        key, weights = self._address_of(query)
         summary, anchor = self._summaries(self._read(weights, state["memory"]), weights, key)
         probs = self.head(summary, key, anchor).exp()  # (B, K)
         expected = (probs * torch.arange(self.n_categories, dtype=probs.dtype, device=probs.device)).sum(-1)
         return self.head.describe(summary, key, anchor) | {"expected_score": expected}
 
     def predict(self, state: State, query: Interactions) -> torch.Tensor:
-        key, weights = self._address(query.items, query.concepts)
+        key, weights = self._address_of(query)
         return self._head(self._read(weights, state["memory"]), weights, key).exp()
 
 

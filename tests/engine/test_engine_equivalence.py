@@ -93,6 +93,38 @@ def test_appending_a_micro_batch_then_predicting_matches_running_each_wave(name,
     assert steps_open, "no learner ended with an open step: the stream no longer tests step starts"
 
 
+@pytest.mark.parametrize("name", ["dkt", "dkvmn", "deep-gpcm"])
+def test_prepared_rows_predict_and_update_as_the_plain_rows(name, kit, monkeypatch):
+    """Recurrent models compute what predict and update derive from the events alone once per
+    micro-batch (``KTModel.prepare``); each wave takes its rows. Any rows of a prepared micro-batch
+    (a slice, or picked rows) predict and update exactly as the same rows unprepared, and the
+    engine hands the model prepared rows."""
+    from ktstream.data.histories import Interactions, Prepared
+
+    recs = kit.stream(n_learners=6, mean_length=6, seed=8)
+    items, concepts = kit.build_vocabularies(recs)
+    model = kit.tiny_model(name, items, concepts)
+    g = torch.Generator().manual_seed(0)
+    n = 9
+    batch = Interactions(torch.randint(1, len(items), (n,), generator=g),
+                         torch.randint(0, len(concepts), (n, 2), generator=g),
+                         torch.tensor([1, 0, -1, 1, 1, 0, 0, 1, -1]), torch.arange(n, dtype=torch.float64))
+    with torch.inference_mode():
+        state = model.init_state(3)
+        prepared = model.prepare(batch)
+        assert isinstance(prepared, Prepared) and prepared.derived
+        for index in (slice(2, 5), torch.tensor([7, 0, 3])):
+            mine, plain = prepared.take(index), batch.take(index)
+            assert torch.allclose(model.predict(state, mine), model.predict(state, plain), atol=1e-6)
+            after = model.update(state, mine)
+            assert all(torch.allclose(after[k], v, atol=1e-6) for k, v in model.update(state, plain).items())
+    seen = []
+    monkeypatch.setattr(model, "predict", lambda s, q, f=model.predict: seen.append(type(q)) or f(s, q))
+    engine, source, sink = kit.memory_engine(model, items, concepts, kit.as_records(recs), max_batch=20)
+    kit.drain(engine, source)
+    assert seen and set(seen) == {Prepared}
+
+
 def close(a, b, atol: float = 1e-6) -> bool:
     """Equal JSON values, numbers within ``atol`` (batched kernels may round differently by batch size)."""
     if isinstance(a, dict):

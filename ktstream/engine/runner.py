@@ -13,6 +13,8 @@ Models whose update only appends what the interaction alone determines
 call per wave: the waves append their entries, and afterwards every event is
 predicted from the state it was queried with, in one call for the micro-batch
 (states are never written once made, so each reads what it read in its wave).
+Other models compute what they derive from the events alone (embeddings,
+addressing) once per micro-batch (``KTModel.prepare``); each wave takes its rows.
 
 A wave is run in chunks of at most ``STACK_BYTES`` of stacked state (windows
 cut to the slots the learners fill: short histories make large chunks), each

@@ -108,7 +108,7 @@ class Processor:
             self._predict(batch, p.decoded, row, p.late, f)
             p.learner.remember(window_record(p.decoded, seq), self.window)
         batch.wave_sizes = [len(wave) for wave in planned.waves]
-        touched = dict.fromkeys(p.learner.learner_id for wave in planned.waves for p in wave)
+        touched = dict.fromkeys(p.learner.learner_id for p in flat)
         batch.staged = [learners[lid] for lid in touched]
         return batch
 

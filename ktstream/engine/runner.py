@@ -13,7 +13,7 @@ Models whose update only appends what the interaction alone determines
 call per wave: the waves append their entries, and afterwards every event is
 predicted from the state it was queried with, in one call for the micro-batch
 (states are never written once made, so each reads what it read in its wave).
-Other models compute what they derive from the events alone (embeddings,
+Every model computes what it derives from the events alone (embeddings,
 addressing) once per micro-batch (``KTModel.prepare``); each wave takes its rows.
 
 A wave is run in chunks of at most ``STACK_BYTES`` of stacked state (windows
@@ -136,12 +136,11 @@ class ModelRunner:
         flat = [p for wave in waves for p in wave]
         if not flat:
             return torch.empty(0, self.model.n_categories), {}
-        query = self.encode(flat)
         with torch.inference_mode():
+            query = self.model.prepare(self.encode(flat))  # what each wave would compute from its events alone
             entries = self.model.entries(query)
             if entries is not None:
                 return self._append_then_predict(waves, query, entries)
-            query = self.model.prepare(query)  # what each wave would compute from its events alone
         parts, start = [], 0
         for wave in waves:
             parts.append(self._run_wave(wave, _rows(query, start, start + len(wave))))

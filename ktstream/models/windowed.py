@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ktstream.data.histories import Histories, Interactions
+from ktstream.data.histories import Histories, Interactions, Prepared, derived
 from ktstream.models import kvcache
 from ktstream.models.arena import ArenaState, WindowArena, count_of
 from ktstream.models.attention import Block, cached_window, window, without_dropout
@@ -64,7 +64,6 @@ class WindowedKT(KTModel):
         self.head = nn.Sequential(nn.Linear(2 * dim, ffn), nn.ReLU(), nn.Dropout(dropout),
                                   nn.Linear(ffn, n_categories))
         self._cache_dims = self._named_cache_dims()  # fixed by the layers above; read several times per wave
-        self._last_query: tuple[Interactions, torch.Tensor] | None = None  # (query, its question embedding)
 
     # -- family hooks ----------------------------------------------------
     def embed_question(self, items: torch.Tensor, concepts: torch.Tensor) -> torch.Tensor:
@@ -198,8 +197,7 @@ class WindowedKT(KTModel):
 
     def _read(self, state: State, query: Interactions):
         """One query per learner over its cache: the cached window (``cached_window``), no key space."""
-        q = self.embed_question(query.items.unsqueeze(1), query.concepts.unsqueeze(1))  # (B, 1, D)
-        self._last_query = (query, q)  # the engine then applies the same events: ``_embedded`` reuses q
+        q = self._question(query)  # (B, 1, D)
         win = cached_window(state["count"], query.times, state["time"])
         cached = lambda name: state[name] if state[name].dtype == q.dtype else state[name].to(q.dtype)  # noqa: E731
         x, w = self._retrieve_in([(0, 1, 0, state["time"].shape[1], win)], cached, q)
@@ -264,14 +262,19 @@ class WindowedKT(KTModel):
         applied = torch.ones(len(interaction), 1, dtype=torch.bool, device=q.device)
         return self._append(state, q, y, state["count"].unsqueeze(1), applied, interaction.times.unsqueeze(1))
 
+    def prepare(self, interactions: Interactions) -> Prepared:
+        i = interactions
+        return Prepared(i.items, i.concepts, i.responses, i.times, {"question": self._question(i)})
+
+    def _question(self, x: Interactions) -> torch.Tensor:
+        """Question embeddings (B, 1, D) of one interaction per learner, as prepared if they were:
+        predict and update (or the entries) of the same events share them."""
+        q = derived(x, "question")
+        return self.embed_question(x.items.unsqueeze(1), x.concepts.unsqueeze(1)) if q is None else q
+
     def _embedded(self, interaction: Interactions) -> tuple[torch.Tensor, torch.Tensor]:
-        """Question and interaction embeddings (B, 1, D) of one interaction per learner; the question
-        embedding is the last read's when these are the very events it predicted."""
-        i, last, self._last_query = interaction, self._last_query, None
-        if last is not None and last[0] is i:
-            q = last[1]
-        else:
-            q = self.embed_question(i.items.unsqueeze(1), i.concepts.unsqueeze(1))
+        """Question and interaction embeddings (B, 1, D) of one interaction per learner."""
+        i, q = interaction, self._question(interaction)
         return q, self.embed_interaction(i.items.unsqueeze(1), i.concepts.unsqueeze(1), i.responses.unsqueeze(1), q)
 
     def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:

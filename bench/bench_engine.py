@@ -29,10 +29,14 @@ their default sizes on the same records.
    kafka-python otherwise), a quarter to a third of kafka-python's CPU per
    event. Each run also prints the engine loop's wall time per event in each
    phase (ktstream_loop_seconds_total): besides poll, their sum must stay
-   well under 1e6 / rate microseconds for the loop to keep up.
+   well under 1e6 / rate microseconds for the loop to keep up. The summary
+   gives each configuration's p99 over passthrough's p99 of the same round
+   (median of the rounds): other jobs on the cores move both alike, so this
+   ratio moves less than the p99 itself; each run prints the load average.
 
     python bench/bench_engine.py                      # about 12 minutes on 2 shared cores
     python bench/bench_engine.py --events 5000 --seconds 3 --repeat 1 --latency-repeat 1   # smoke run
+    python bench/bench_engine.py --repeat 0 --rates 5000 --latency-repeat 3   # latency runs only
 """
 
 from __future__ import annotations
@@ -261,39 +265,40 @@ def main() -> None:
     configs += [f"{m}/no-describe" for m, sm in serving.items() if type(sm.model).describe is not KTModel.describe]
     print(f"torch threads 1; cores visible {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f} "
           f"(other processes share these cores: compare ratios, not absolute figures)")
-    with EmbeddedBroker() as broker:
-        broker.create_topics(["bench.events"], PARTITIONS)
-        sink = KafkaSink(load_settings(None, kafka=dict(bootstrap_servers=broker.bootstrap_servers)).kafka)
-        for _ in publish(load, sink, "bench.events", chunk=1000, progress=False):
-            pass
-        sink.close()
-        tune_process(load_settings(None).engine)  # as Service.run does
-        rates = {c: [] for c in configs}
-        cpu = {c: [] for c in configs}  # CPU microseconds per event
-        for r in range(args.repeat):
+    if args.repeat > 0:  # --repeat 0: latency runs only
+        with EmbeddedBroker() as broker:
+            broker.create_topics(["bench.events"], PARTITIONS)
+            sink = KafkaSink(load_settings(None, kafka=dict(bootstrap_servers=broker.bootstrap_servers)).kafka)
+            for _ in publish(load, sink, "bench.events", chunk=1000, progress=False):
+                pass
+            sink.close()
+            tune_process(load_settings(None).engine)  # as Service.run does
+            rates = {c: [] for c in configs}
+            cpu = {c: [] for c in configs}  # CPU microseconds per event
+            for r in range(args.repeat):
+                for cfg in configs:
+                    tag = f"{cfg.replace('/', '-').replace('@', '-')}-{uuid.uuid4().hex[:6]}"
+                    s = settings(broker, tag, "bench.events", args.max_batch)
+                    broker.create_topics([s.kafka.topics.predictions, s.kafka.topics.dead_letters], PARTITIONS)
+                    engine = make_engine(cfg, s, serving)
+                    seconds, cpu_s, done = drain(engine, len(load))
+                    engine.close()
+                    rates[cfg].append(done / seconds)
+                    cpu[cfg].append(cpu_s / done * 1e6)
+                    print(f"  throughput run {r + 1} {cfg:18s} {done} events in {seconds:6.2f}s = {done / seconds:7.0f} ev/s"
+                          f"  ({cpu[cfg][-1]:5.0f} us CPU per event)", flush=True)
+            base, base_cpu = statistics.median(rates["passthrough"]), statistics.median(cpu["passthrough"])
+            print(f"\nthroughput ({len(load)} events of {len({e['learner_id'] for e in load})} learners, max_batch "
+                  f"{args.max_batch}, median of {args.repeat}; "
+                  f"CPU ratio = passthrough CPU per event / this one's, i.e. throughput ratio on an idle core; "
+                  f"best = the same from each configuration's least CPU per event, the run least disturbed "
+                  f"by other jobs on these cores):")
+            best_cpu = min(cpu["passthrough"])
             for cfg in configs:
-                tag = f"{cfg.replace('/', '-').replace('@', '-')}-{uuid.uuid4().hex[:6]}"
-                s = settings(broker, tag, "bench.events", args.max_batch)
-                broker.create_topics([s.kafka.topics.predictions, s.kafka.topics.dead_letters], PARTITIONS)
-                engine = make_engine(cfg, s, serving)
-                seconds, cpu_s, done = drain(engine, len(load))
-                engine.close()
-                rates[cfg].append(done / seconds)
-                cpu[cfg].append(cpu_s / done * 1e6)
-                print(f"  throughput run {r + 1} {cfg:18s} {done} events in {seconds:6.2f}s = {done / seconds:7.0f} ev/s"
-                      f"  ({cpu[cfg][-1]:5.0f} us CPU per event)", flush=True)
-        base, base_cpu = statistics.median(rates["passthrough"]), statistics.median(cpu["passthrough"])
-        print(f"\nthroughput ({len(load)} events of {len({e['learner_id'] for e in load})} learners, max_batch "
-              f"{args.max_batch}, median of {args.repeat}; "
-              f"CPU ratio = passthrough CPU per event / this one's, i.e. throughput ratio on an idle core; "
-              f"best = the same from each configuration's least CPU per event, the run least disturbed "
-              f"by other jobs on these cores):")
-        best_cpu = min(cpu["passthrough"])
-        for cfg in configs:
-            med, c = statistics.median(rates[cfg]), statistics.median(cpu[cfg])
-            print(f"  {cfg:18s} {med:7.0f} ev/s  ratio {med / base:5.2f} | {c:5.0f} us CPU/event  "
-                  f"CPU ratio {base_cpu / c:5.2f}  (~{1e6 / c:5.0f} ev/s per busy core) | best {min(cpu[cfg]):5.0f} us, "
-                  f"ratio {best_cpu / min(cpu[cfg]):5.2f}")
+                med, c = statistics.median(rates[cfg]), statistics.median(cpu[cfg])
+                print(f"  {cfg:18s} {med:7.0f} ev/s  ratio {med / base:5.2f} | {c:5.0f} us CPU/event  "
+                      f"CPU ratio {base_cpu / c:5.2f}  (~{1e6 / c:5.0f} ev/s per busy core) | best {min(cpu[cfg]):5.0f} us, "
+                      f"ratio {best_cpu / min(cpu[cfg]):5.2f}")
     for rate in rates_offered:
         live = live_all[: int(rate * args.seconds)]
         runs = {c: [] for c in configs}  # latency_run's figures per repeat
@@ -304,17 +309,23 @@ def main() -> None:
                 print(f"  latency run {r + 1} at {rate:.0f} ev/s {cfg:18s} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  "
                       f"max {top:7.1f} ms  achieved {achieved:6.0f} ev/s  (p99 with the first second: "
                       f"{p99_all:.0f} ms; CPU us/event: engine {cpu[0]:.0f}, broker {cpu[1]:.0f}, "
-                      f"publisher {cpu[2]:.0f}; loop us/event: {phases_text(loop)})", flush=True)
+                      f"publisher {cpu[2]:.0f}; loop us/event: {phases_text(loop)}; load average "
+                      f"{os.getloadavg()[0]:.1f})", flush=True)
         print(f"\nlatency, event time -> prediction produced, at an offered {rate:.0f} ev/s for {args.seconds:.0f}s "
               f"(max_batch {args.latency_max_batch}, a fresh process and broker per run, first {WARM_UP_S:.0f}s left "
               f"out, median of {args.latency_repeat}; load generator {args.publisher}):")
+        base_p99s = [run[1] for run in runs["passthrough"]]
         for cfg in configs:
             p50s, p99s, _, achieved, p99_all, *cpu, loops = zip(*runs[cfg])
+            # each run against passthrough's run of the same round (minutes apart at most): the engine's
+            # own share of the tail, which the cores' other load moves less than the p99 itself
+            paired = statistics.median(p / b for p, b in zip(p99s, base_p99s))
             engine_cpu, broker_cpu, pub_cpu = (statistics.median(c) for c in cpu)
             loop = {phase: statistics.median(x[phase] for x in loops) for phase in loops[0]}
             print(f"  {cfg:18s} p50 {statistics.median(p50s):7.1f} ms  p99 {statistics.median(p99s):7.1f} ms "
                   f"(range {min(p99s):.0f}-{max(p99s):.0f}; with the first second {min(p99_all):.0f}-"
-                  f"{max(p99_all):.0f})  achieved {statistics.median(achieved):6.0f} ev/s  "
+                  f"{max(p99_all):.0f}; to passthrough's p99, paired by round, {paired:.2f})  "
+                  f"achieved {statistics.median(achieved):6.0f} ev/s  "
                   f"| CPU us/event engine {engine_cpu:.0f}, broker {broker_cpu:.0f}, publisher {pub_cpu:.0f} "
                   f"= {(engine_cpu + broker_cpu + pub_cpu) * rate / 1e6:.2f} cores at the offered rate "
                   f"| engine loop us/event {phases_text(loop)}")

@@ -9,7 +9,8 @@ their default sizes on the same records.
    (--events simulated events, many learners active at once) with a fresh
    consumer group; the clock runs from the first polled record to the last
    commit (the group join is excluded). Configurations run round-robin
-   --repeat times; the median is reported, with its ratio to passthrough, and
+   --repeat times; the median is reported, with its ratio to passthrough (and
+   the median of each round's ratio to passthrough's run of that round), and
    the CPU time per event (all threads of this process), whose ratio is what
    the throughput ratio would be on otherwise idle cores.
    Models with a ``describe`` also run with it off (``/no-describe``).
@@ -296,7 +297,9 @@ def main() -> None:
             best_cpu = min(cpu["passthrough"])
             for cfg in configs:
                 med, c = statistics.median(rates[cfg]), statistics.median(cpu[cfg])
-                print(f"  {cfg:18s} {med:7.0f} ev/s  ratio {med / base:5.2f} | {c:5.0f} us CPU/event  "
+                paired = statistics.median(x / b for x, b in zip(rates[cfg], rates["passthrough"]))
+                print(f"  {cfg:18s} {med:7.0f} ev/s  ratio {med / base:5.2f} (paired by round {paired:4.2f}) | "
+                      f"{c:5.0f} us CPU/event  "
                       f"CPU ratio {base_cpu / c:5.2f}  (~{1e6 / c:5.0f} ev/s per busy core) | best {min(cpu[cfg]):5.0f} us, "
                       f"ratio {best_cpu / min(cpu[cfg]):5.2f}")
     for rate in rates_offered:

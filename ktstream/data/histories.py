@@ -57,9 +57,13 @@ class Prepared(Interactions):
 
     derived: dict[str, torch.Tensor] = field(default_factory=dict)
 
+    @classmethod
+    def of(cls, x: Interactions, derived: dict[str, torch.Tensor]) -> "Prepared":
+        """``x`` with ``derived`` (row i of each tensor computed from interaction i)."""
+        return cls(x.items, x.concepts, x.responses, x.times, derived)
+
     def take(self, index: slice | torch.Tensor) -> "Prepared":
-        return Prepared(self.items[index], self.concepts[index], self.responses[index], self.times[index],
-                        {name: v[index] for name, v in self.derived.items()})
+        return Prepared.of(super().take(index), {name: v[index] for name, v in self.derived.items()})
 
 
 def derived(x: Interactions, name: str) -> torch.Tensor | None:

@@ -72,9 +72,8 @@ class DKT(KTModel):
 
     def prepare(self, interactions: Interactions) -> Prepared:
         i = interactions
-        return Prepared(i.items, i.concepts, i.responses, i.times,
-                        {"question": self.question(i.items, i.concepts),
-                         "interaction": self.interaction(i.items, i.concepts, i.responses)})
+        return Prepared.of(i, {"question": self.question(i.items, i.concepts),
+                               "interaction": self.interaction(i.items, i.concepts, i.responses)})
 
     def predict(self, state: State, query: Interactions) -> torch.Tensor:
         q = derived(query, "question")

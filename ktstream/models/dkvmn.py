@@ -80,8 +80,8 @@ class DKVMN(KTModel):
     def prepare(self, interactions: Interactions) -> Prepared:
         i = interactions
         key, weights = self._address(i.items, i.concepts)
-        return Prepared(i.items, i.concepts, i.responses, i.times,
-                        {"key": key, "weights": weights, "value": self.interaction(i.items, i.concepts, i.responses)})
+        return Prepared.of(i, {"key": key, "weights": weights,
+                               "value": self.interaction(i.items, i.concepts, i.responses)})
 
     @staticmethod
     def _read(weights: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:

@@ -263,8 +263,7 @@ class WindowedKT(KTModel):
         return self._append(state, q, y, state["count"].unsqueeze(1), applied, interaction.times.unsqueeze(1))
 
     def prepare(self, interactions: Interactions) -> Prepared:
-        i = interactions
-        return Prepared(i.items, i.concepts, i.responses, i.times, {"question": self._question(i)})
+        return Prepared.of(interactions, {"question": self._question(interactions)})
 
     def _question(self, x: Interactions) -> torch.Tensor:
         """Question embeddings (B, 1, D) of one interaction per learner, as prepared if they were:

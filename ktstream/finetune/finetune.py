@@ -1,11 +1,9 @@
 """Fine-tune the serving model on a time-ordered replay: warm start, train before C, select on [C, C+H).
 
 One code path on GPU and CPU: the device is CUDA when present (``device="auto"``),
-and on CUDA the trainer runs under bf16 autocast (parameters and optimizer
-state stay fp32; bf16 needs no loss scaling). The trainer
-(``ktstream.training.trainer.fit``) has no autocast hook, so this module wraps
-the whole ``fit`` call in ``torch.autocast``; its selection metric is then
-computed under autocast too.
+and on CUDA each training step runs under bf16 autocast (``TrainConfig.autocast``:
+parameters and optimizer state stay fp32; bf16 needs no loss scaling). The
+selection metric is computed in fp32, as the model will serve.
 
 Training histories may be cut into segments of ``segment`` positions, each
 trained from the initial state: the trainer takes one optimizer step per batch
@@ -49,14 +47,15 @@ class FinetuneConfig:
     segment: int | None = 200  # training histories cut into pieces of this many positions (None: whole)
     seed: int = 0
     device: str = "auto"  # auto: CUDA when present
-    bf16: bool = True  # autocast to bf16 on CUDA (ignored on CPU)
+    bf16: bool = True  # bf16 autocast per training step on CUDA (ignored on CPU)
     deterministic: bool = True
     progress: bool = True
 
-    def train_config(self) -> TrainConfig:
+    def train_config(self, autocast: str | None = None) -> TrainConfig:
         return TrainConfig(epochs=self.epochs, batch_size=self.batch_size, batch_tokens=self.batch_tokens, lr=self.lr,
                            weight_decay=self.weight_decay, patience=self.patience, lr_decay=self.lr_decay,
-                           chunk=self.chunk, seed=self.seed, device=self.device, progress=self.progress)
+                           chunk=self.chunk, seed=self.seed, device=self.device, autocast=autocast,
+                           progress=self.progress)
 
 
 @dataclass
@@ -86,17 +85,18 @@ def segments(histories: list[LearnerHistory], length: int | None) -> list[Learne
     return [h.slice(s, s + length) for h in histories for s in range(0, len(h), length)]
 
 
+def autocast_mode(device: torch.device, cfg: FinetuneConfig) -> str | None:
+    """The trainer's per-step autocast: bf16 on CUDA when asked for, none on CPU."""
+    return "bf16" if device.type == "cuda" and cfg.bf16 else None
+
+
 @contextlib.contextmanager
-def _precision(device: torch.device, cfg: FinetuneConfig):
+def _deterministic(cfg: FinetuneConfig):
     previous = torch.are_deterministic_algorithms_enabled()
     if cfg.deterministic:
         torch.use_deterministic_algorithms(True, warn_only=True)
     try:
-        if device.type == "cuda" and cfg.bf16:
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                yield "bf16"
-        else:
-            yield None
+        yield
     finally:
         torch.use_deterministic_algorithms(previous)
 
@@ -127,7 +127,8 @@ def fine_tune(data: ReplayData, base: KTModel | None = None, cfg: FinetuneConfig
     assert_before(train, data.cutoff_ms, "training")  # the very batches the trainer will see
     assert_before(data.select, data.cutoff_ms + data.horizon_ms, "selection")
     device = resolve_device(cfg.device)
-    with _precision(device, cfg) as autocast:
-        result = fit(model, train, data.select, cfg.train_config(), valid_scored=data.select_scored)
+    autocast = autocast_mode(device, cfg)
+    with _deterministic(cfg):
+        result = fit(model, train, data.select, cfg.train_config(autocast), valid_scored=data.select_scored)
     return FinetuneResult(model.eval(), data.items, data.concepts, result, grown, str(device), autocast,
                           time.time() - started, asdict(cfg))

@@ -13,6 +13,7 @@ caller scores the test split once, afterwards.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import math
@@ -51,6 +52,10 @@ class TrainConfig:
     max_grad_norm: float = 5.0
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
+    #: "bf16": each training step's forward and loss run under torch.autocast (parameters, gradients and
+    #: optimizer state stay fp32; bf16 needs no loss scaling). Predictions, for selection too, stay fp32:
+    #: they score the model as it will serve.
+    autocast: str | None = None
     eval_batch_size: int = 64
     progress: bool = True
 
@@ -69,6 +74,32 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(name)
+
+
+AUTOCAST_DTYPES = {None: None, "bf16": torch.bfloat16}
+
+
+def _start(model: KTModel, cfg: TrainConfig) -> torch.device:
+    """Checks made before training; moves the model to its device.
+
+    Autocast is entered per step, never around the whole run: within one autocast context torch
+    caches the low-precision copy of each weight, so a run inside one would keep training on the
+    weights of its first step.
+    """
+    if cfg.autocast not in AUTOCAST_DTYPES:
+        raise ValueError(f"autocast must be one of {list(AUTOCAST_DTYPES)}, got {cfg.autocast!r}")
+    device = resolve_device(cfg.device)
+    if torch.is_autocast_enabled(device.type):
+        raise RuntimeError("training called inside torch.autocast: its weight-cast cache would keep the first "
+                           "step's weights for the whole run; set TrainConfig.autocast instead")
+    model.to(device)
+    return device
+
+
+def _step_precision(device: torch.device, cfg: TrainConfig):
+    if cfg.autocast is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=AUTOCAST_DTYPES[cfg.autocast])
 
 
 def _batches(histories: Sequence[LearnerHistory], batch_size: int, rng: np.random.Generator | None,
@@ -148,10 +179,11 @@ def _loss(model: KTModel, batch: Histories, chunk: int) -> tuple[torch.Tensor, i
 
 @torch.no_grad()
 def predict_histories(model: KTModel, histories: Sequence[LearnerHistory], batch_size: int = 64,
-                      device: str | torch.device = "cpu", chunk: int = 4000) -> list[np.ndarray]:
-    """Prequential predictions (T, K) for every learner, via the training path."""
+                      device: str | torch.device | None = None, chunk: int = 4000) -> list[np.ndarray]:
+    """Prequential predictions (T, K) for every learner, via the training path, on ``device``
+    (default: where the model's weights are)."""
     model.eval()
-    device = torch.device(device) if isinstance(device, str) else device
+    device = next(model.parameters()).device if device is None else torch.device(device)
     by_id = {}
     order = sorted(range(len(histories)), key=lambda i: len(histories[i]))
     for g in range(0, len(order), batch_size):
@@ -199,7 +231,8 @@ def _train_epoch(model, opt, train, cfg: TrainConfig, rng, device, desc: str, sh
     batches = _batches(train, cfg.batch_size, rng, cfg.batch_tokens)
     for hs in tqdm(batches, total=len(batches), disable=not show, desc=desc, leave=False):
         batch = collate(hs).to(device)
-        loss_sum, n = _loss(model, batch, cfg.chunk)
+        with _step_precision(device, cfg):
+            loss_sum, n = _loss(model, batch, cfg.chunk)
         if n == 0:
             continue
         opt.zero_grad(set_to_none=True)
@@ -216,8 +249,7 @@ def refit(model: KTModel, histories: Sequence[LearnerHistory], selected: FitResu
     rates that ``selected`` chose on validation. No data outside ``histories`` is read."""
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
-    device = resolve_device(cfg.device)
-    model.to(device)
+    device = _start(model, cfg)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     show = cfg.progress and sys.stderr.isatty()
     for record in selected.history[: selected.best_epoch]:
@@ -234,8 +266,7 @@ def fit(model: KTModel, train: Sequence[LearnerHistory], valid: Sequence[Learner
     assert len(train) > 0 and len(valid) > 0, "fit needs non-empty train and validation histories"
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
-    device = resolve_device(cfg.device)
-    model.to(device)
+    device = _start(model, cfg)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     best, best_epoch, best_state, history, bad = -math.inf, -1, None, [], 0
     started = time.time()

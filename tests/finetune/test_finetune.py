@@ -7,7 +7,7 @@ import json
 import torch
 
 from ktstream.finetune import build_replay, fine_tune
-from ktstream.finetune.finetune import _precision
+from ktstream.finetune.finetune import autocast_mode
 from ktstream.training.trainer import resolve_device
 from tests.finetune.conftest import TINY_DKT, tiny_finetune
 
@@ -50,8 +50,7 @@ def test_results_are_json_and_name_the_device(stream):
 
 def test_cuda_is_chosen_when_present_with_bf16_autocast():
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
-    with _precision(torch.device("cpu"), tiny_finetune()) as mode:
-        assert mode is None and not torch.is_autocast_enabled("cpu")
-    if torch.cuda.is_available():
-        with _precision(torch.device("cuda"), tiny_finetune()) as mode:
-            assert mode == "bf16" and torch.get_autocast_dtype("cuda") == torch.bfloat16
+    cfg = tiny_finetune()
+    assert autocast_mode(torch.device("cpu"), cfg) is None
+    assert autocast_mode(torch.device("cuda"), cfg) == "bf16" and cfg.train_config("bf16").autocast == "bf16"
+    assert autocast_mode(torch.device("cuda"), tiny_finetune(bf16=False)) is None

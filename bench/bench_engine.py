@@ -149,27 +149,29 @@ def settings(broker, tag: str, events_topic: str, max_batch: int):
                          engine=dict(max_batch=max_batch, poll_timeout_ms=5), metrics=dict(port=0))
 
 
-def drain(engine, total: int, timeout_s: float = 600.0, started=None) -> tuple[float, float, int]:
+def drain(engine, total: int, timeout_s: float = 600.0, started=None) -> tuple[float, float, float, int]:
     """Run until ``total`` records are committed; ``started()`` is called after the first batch.
 
-    Returns wall seconds and CPU seconds (this process, all threads: the Kafka clients'
-    IO threads included) from the first record on, and the records done.
+    Returns wall seconds, CPU seconds of this process (all threads: the Kafka clients' IO
+    threads included) and of the main thread alone (the engine loop), from the first record on,
+    and the records done.
     """
     while not engine.joined:
         engine.step()
-    start = cpu0 = None
+    start = cpu0 = main0 = None
     done, deadline = 0, time.monotonic() + timeout_s
     while done < total and time.monotonic() < deadline:
         if start is None:
-            wall, cpu = time.perf_counter(), time.process_time()
+            wall, cpu, main = time.perf_counter(), time.process_time(), time.thread_time()
         batch = engine.step()
         if batch is not None:
             if start is None:
-                start, cpu0 = wall, cpu
+                start, cpu0, main0 = wall, cpu, main
                 if started is not None:
                     started()
             done += batch.records
-    return time.perf_counter() - (start or time.perf_counter()), time.process_time() - (cpu0 or 0.0), done
+    return (time.perf_counter() - (start or time.perf_counter()), time.process_time() - (cpu0 or 0.0),
+            time.thread_time() - (main0 or 0.0), done)
 
 
 class RdkafkaPublisher:
@@ -278,18 +280,21 @@ def main() -> None:
             tune_process(load_settings(None).engine)  # as Service.run does
             rates = {c: [] for c in configs}
             cpu = {c: [] for c in configs}  # CPU microseconds per event
+            main_cpu = {c: [] for c in configs}  # the same, the engine loop's thread alone
             for r in range(args.repeat):
                 for cfg in configs:
                     tag = f"{cfg.replace('/', '-').replace('@', '-')}-{uuid.uuid4().hex[:6]}"
                     s = settings(broker, tag, "bench.events", args.max_batch)
                     broker.create_topics([s.kafka.topics.predictions, s.kafka.topics.dead_letters], PARTITIONS)
                     engine = make_engine(cfg, s, serving)
-                    seconds, cpu_s, done = drain(engine, len(load))
+                    seconds, cpu_s, main_s, done = drain(engine, len(load))
                     engine.close()
                     rates[cfg].append(done / seconds)
                     cpu[cfg].append(cpu_s / done * 1e6)
+                    main_cpu[cfg].append(main_s / done * 1e6)
                     print(f"  throughput run {r + 1} {cfg:18s} {done} events in {seconds:6.2f}s = {done / seconds:7.0f} ev/s"
-                          f"  ({cpu[cfg][-1]:5.0f} us CPU per event)", flush=True)
+                          f"  ({cpu[cfg][-1]:5.0f} us CPU per event, {main_cpu[cfg][-1]:.0f} on the engine loop's thread)",
+                          flush=True)
             base, base_cpu = statistics.median(rates["passthrough"]), statistics.median(cpu["passthrough"])
             print(f"\nthroughput ({len(load)} events of {len({e['learner_id'] for e in load})} learners, max_batch "
                   f"{args.max_batch}, median of {args.repeat}; "
@@ -301,7 +306,7 @@ def main() -> None:
                 med, c = statistics.median(rates[cfg]), statistics.median(cpu[cfg])
                 paired = statistics.median(x / b for x, b in zip(rates[cfg], rates["passthrough"]))
                 print(f"  {cfg:18s} {med:7.0f} ev/s  ratio {med / base:5.2f} (paired by round {paired:4.2f}) | "
-                      f"{c:5.0f} us CPU/event  "
+                      f"{c:5.0f} us CPU/event ({statistics.median(main_cpu[cfg]):.0f} main thread)  "
                       f"CPU ratio {base_cpu / c:5.2f}  (~{1e6 / c:5.0f} ev/s per busy core) | best {min(cpu[cfg]):5.0f} us, "
                       f"ratio {best_cpu / min(cpu[cfg]):5.2f}")
     for rate in rates_offered:
@@ -313,8 +318,9 @@ def main() -> None:
                 p50, p99, top, achieved, p99_all, *cpu, loop = runs[cfg][-1]
                 print(f"  latency run {r + 1} at {rate:.0f} ev/s {cfg:18s} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  "
                       f"max {top:7.1f} ms  achieved {achieved:6.0f} ev/s  (p99 with the first second: "
-                      f"{p99_all:.0f} ms; CPU us/event: engine {cpu[0]:.0f}, broker {cpu[1]:.0f}, "
-                      f"publisher {cpu[2]:.0f}; loop us/event: {phases_text(loop)}; load average "
+                      f"{p99_all:.0f} ms; CPU us/event: engine {cpu[0]:.0f} (main thread {cpu[1]:.0f}), "
+                      f"broker {cpu[2]:.0f}, "
+                      f"publisher {cpu[3]:.0f}; loop us/event: {phases_text(loop)}; load average "
                       f"{os.getloadavg()[0]:.1f})", flush=True)
         print(f"\nlatency, event time -> prediction produced, at an offered {rate:.0f} ev/s for {args.seconds:.0f}s "
               f"(max_batch {args.latency_max_batch}, a fresh process and broker per run, first {WARM_UP_S:.0f}s left "
@@ -324,13 +330,14 @@ def main() -> None:
             p50s, p99s, _, achieved, p99_all, *cpu, loops = zip(*runs[cfg])
             # each run against passthrough's run of the same round, minutes apart at most
             paired = statistics.median(p / b for p, b in zip(p99s, base_p99s))
-            engine_cpu, broker_cpu, pub_cpu = (statistics.median(c) for c in cpu)
+            engine_cpu, main_cpu, broker_cpu, pub_cpu = (statistics.median(c) for c in cpu)
             loop = {phase: statistics.median(x[phase] for x in loops) for phase in loops[0]}
             print(f"  {cfg:18s} p50 {statistics.median(p50s):7.1f} ms  p99 {statistics.median(p99s):7.1f} ms "
                   f"(range {min(p99s):.0f}-{max(p99s):.0f}; with the first second {min(p99_all):.0f}-"
                   f"{max(p99_all):.0f}; to passthrough's p99, paired by round, {paired:.2f})  "
                   f"achieved {statistics.median(achieved):6.0f} ev/s  "
-                  f"| CPU us/event engine {engine_cpu:.0f}, broker {broker_cpu:.0f}, publisher {pub_cpu:.0f} "
+                  f"| CPU us/event engine {engine_cpu:.0f} (main thread {main_cpu:.0f}), broker {broker_cpu:.0f}, "
+                  f"publisher {pub_cpu:.0f} "
                   f"= {(engine_cpu + broker_cpu + pub_cpu) * rate / 1e6:.2f} cores at the offered rate "
                   f"| engine loop us/event {phases_text(loop)}")
 
@@ -347,8 +354,9 @@ def latency_run(cfg: str, model_spec: tuple, live: list, rate: float, max_batch:
     """One configuration at one offered rate, in a process of its own on a fresh broker.
 
     Returns p50, p99, max (ms) after the warm-up, the events/s achieved, p99 over every event,
-    the CPU microseconds per event of the engine's process (all threads), the broker and the
-    publisher (after its imports): all three share the machine's cores; and the engine loop's
+    the CPU microseconds per event of the engine's process (all threads), of its main thread (the
+    engine loop; the rest is the Kafka clients' IO threads), the broker and the publisher (after
+    its imports): the three processes share the machine's cores; and the engine loop's
     wall microseconds per event in each phase (poll, process, send, flush, commit, apply; after the
     first batch, so that poll leaves out the wait for the publisher process to start). A
     fresh process keeps what the throughput runs left behind (a heap of dead learner states, a
@@ -382,13 +390,14 @@ def _latency_run(results, cfg: str, model_spec: tuple, live: list, rate: float, 
         pub_cpu, broker_start = ctx.Queue(), process_cpu_s(broker.process.pid)
         pub = ctx.Process(target=offered, args=(broker.bootstrap_servers, t.events, live, rate, pub_cpu, publisher))
         pub.start()
-        seconds, engine_cpu, done = drain(engine, len(live), started=lambda: first.update(engine.metrics.loop_totals))
+        seconds, engine_cpu, main_cpu, done = drain(engine, len(live),
+                                                    started=lambda: first.update(engine.metrics.loop_totals))
         pub.join(30)
         broker_cpu = process_cpu_s(broker.process.pid) - broker_start
         engine.close()
     every = np.array(engine.metrics.recent_end_to_end) * 1000
     lat = every[int(rate * WARM_UP_S):]  # the publisher's producer and the new consumer warming up
-    per_event = [1e6 * c / len(live) for c in (engine_cpu, broker_cpu, pub_cpu.get(timeout=30))]
+    per_event = [1e6 * c / len(live) for c in (engine_cpu, main_cpu, broker_cpu, pub_cpu.get(timeout=30))]
     results.put((float(np.percentile(lat, 50)), float(np.percentile(lat, 99)), float(lat.max()), done / seconds,
                  float(np.percentile(every, 99)), *per_event,
                  {k: 1e6 * (v - first[k]) / done for k, v in engine.metrics.loop_totals.items()}))

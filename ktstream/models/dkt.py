@@ -71,22 +71,28 @@ class DKT(KTModel):
         return {"h": z, "c": z.clone()}
 
     def prepare(self, interactions: Interactions) -> Prepared:
-        i = interactions
-        return Prepared.of(i, {"question": self.question(i.items, i.concepts),
-                               "interaction": self.interaction(i.items, i.concepts, i.responses)})
+        return Prepared.of(interactions, {"question": self._question_of(interactions),
+                                          "interaction": self._interaction_of(interactions)})
+
+    def _question_of(self, x: Interactions) -> torch.Tensor:
+        """Question embeddings (B, D), as prepared for the micro-batch if they were."""
+        q = derived(x, "question")
+        return self.question(x.items, x.concepts) if q is None else q
+
+    def _interaction_of(self, x: Interactions) -> torch.Tensor:
+        """Interaction embeddings (B, D) fed to the LSTM, as prepared if they were."""
+        e = derived(x, "interaction")
+        return self.interaction(x.items, x.concepts, x.responses) if e is None else e
 
     def predict(self, state: State, query: Interactions) -> torch.Tensor:
-        q = derived(query, "question")
-        return self._head(state["h"][:, -1], self.question(query.items, query.concepts) if q is None else q).exp()
+        return self._head(state["h"][:, -1], self._question_of(query)).exp()
 
     def update(self, state: State, interaction: Interactions) -> State:
         """One step of the LSTM's cells, layer by layer (serving runs in eval mode: no dropout between
         layers). ``nn.LSTM`` on the CPU goes through oneDNN, which builds a primitive for every new batch
         size (measured: +0.9 ms for a wave of a size not seen before, in a stream where every wave size
         occurs); ``torch.lstm_cell`` is the same arithmetic without it."""
-        x = derived(interaction, "interaction")  # (B, D)
-        if x is None:
-            x = self.interaction(interaction.items, interaction.concepts, interaction.responses)
+        x = self._interaction_of(interaction)  # (B, D)
         hs, cs = [], []
         for layer in range(self.layers):
             weights = [getattr(self.lstm, f"{w}_l{layer}") for w in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]

@@ -78,10 +78,8 @@ class DKVMN(KTModel):
         return self.interaction(x.items, x.concepts, x.responses) if value is None else value
 
     def prepare(self, interactions: Interactions) -> Prepared:
-        i = interactions
-        key, weights = self._address(i.items, i.concepts)
-        return Prepared.of(i, {"key": key, "weights": weights,
-                               "value": self.interaction(i.items, i.concepts, i.responses)})
+        key, weights = self._address_of(interactions)
+        return Prepared.of(interactions, {"key": key, "weights": weights, "value": self._value_of(interactions)})
 
     @staticmethod
     def _read(weights: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:

@@ -4,10 +4,17 @@ Production settings (bootstrap servers, SASL/TLS, client ids) live in
 ``ktstream.config.KafkaSettings``; anything else goes through unchanged from its
 ``consumer`` / ``producer`` dictionaries, which win over the values set here.
 
+kafka-python's own metrics are off (``metrics_enabled: False``): nothing reads them (the
+engine exports its own through Prometheus), and their sensors cost the clients' IO threads
+about 7 us of CPU per event at 5,000 events/s (docs/engine.md, twelfth round). Pass
+``metrics_enabled: true`` through to have them back for ``KafkaConsumer.metrics()``.
+
 >>> from ktstream.config import KafkaSettings
 >>> cfg = consumer_config(KafkaSettings(consumer={"fetch_max_wait_ms": 100}), max_poll_records=10)
 >>> cfg["enable_auto_commit"], cfg["fetch_max_wait_ms"], cfg["partition_assignment_strategy"][0].name
 (False, 100, 'cooperative-sticky')
+>>> cfg["metrics_enabled"], producer_config(KafkaSettings(producer={"metrics_enabled": True}))["metrics_enabled"]
+(False, True)
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ def consumer_config(s: KafkaSettings, max_poll_records: int = 1000) -> dict[str,
         "isolation_level": s.isolation_level, "session_timeout_ms": s.session_timeout_ms,
         "heartbeat_interval_ms": max(s.session_timeout_ms // 3, 100), "max_poll_records": max_poll_records,
         "partition_assignment_strategy": [ASSIGNORS[s.assignment]], "fetch_max_wait_ms": s.fetch_max_wait_ms,
+        "metrics_enabled": False,
     }
     return cfg | dict(s.consumer)
 
@@ -53,5 +61,5 @@ def producer_config(s: KafkaSettings) -> dict[str, Any]:
     """Idempotent producer, acks from every in-sync replica, key hashes remembered (same partitions)."""
     cfg = common_config(s) | {"acks": "all", "enable_idempotence": True, "linger_ms": s.linger_ms,
                               "batch_size": s.batch_bytes, "max_in_flight_requests_per_connection": 5,
-                              "partitioner": CachedKeyPartitioner()}
+                              "partitioner": CachedKeyPartitioner(), "metrics_enabled": False}
     return cfg | dict(s.producer)

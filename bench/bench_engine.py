@@ -74,7 +74,7 @@ from ktstream.engine.messages import dead_letter, now_ms  # noqa: E402
 from ktstream.engine.processor import Batch  # noqa: E402
 from ktstream.engine.records import Output  # noqa: E402
 from ktstream.engine.replay import publish, replay_order  # noqa: E402
-from ktstream.engine.service import build_engine, tune_process  # noqa: E402
+from ktstream.engine.service import build_engine, collector_for, tune_process  # noqa: E402
 from ktstream.engine.state_cache import StateCache  # noqa: E402
 from ktstream.metrics import EngineMetrics  # noqa: E402
 from ktstream.models import KTModel, create, names  # noqa: E402
@@ -138,7 +138,7 @@ def passthrough_engine(s, source, sink) -> Engine:
     e = s.engine
     processor = Passthrough(s.kafka.topics.predictions, s.kafka.topics.dead_letters, e.max_record_bytes)
     return Engine(source, sink, processor, EngineMetrics(), e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s,
-                  collect_after_rebalance=e.gc_tuning)
+                  collector=collector_for(e))
 
 
 def settings(broker, tag: str, events_topic: str, max_batch: int):
@@ -156,6 +156,8 @@ def drain(engine, total: int, timeout_s: float = 600.0, started=None) -> tuple[f
     threads included) and of the main thread alone (the engine loop), from the first record on,
     and the records done.
     """
+    if engine.collector is not None:
+        engine.collector.start()  # as Engine.run does; the caller's engine.close() hands it back
     while not engine.joined:
         engine.step()
     start = cpu0 = main0 = None

@@ -58,9 +58,13 @@ def engine_for(cfg: str, serving: dict, recs: list[Record], max_batch: int = 100
     s = load_settings(None, kafka=dict(topics=dict(events="bench.events", predictions="p", dead_letters="d")),
                       engine=dict(max_batch=max_batch), metrics=dict(port=0))
     if cfg == "passthrough":
-        return passthrough_engine(s, MemorySource(recs), MemorySink())
-    name, s = model_config(cfg, s)
-    return build_engine(s, serving[name], MemorySource(recs), MemorySink())
+        engine = passthrough_engine(s, MemorySource(recs), MemorySink())
+    else:
+        name, s = model_config(cfg, s)
+        engine = build_engine(s, serving[name], MemorySource(recs), MemorySink())
+    if engine.collector is not None:
+        engine.collector.start()  # as Engine.run does; Engine.close hands it back
+    return engine
 
 
 def run(engine, n: int) -> int:
@@ -112,6 +116,7 @@ def main() -> None:
             start = time.process_time()
             done = run(engine, len(recs))
             cpu[cfg].append((time.process_time() - start) / done * 1e6)
+            engine.close()
     print(f"{len(recs)} events of {len({r.key for r in recs})} learners, max_batch {args.max_batch}, one torch thread, "
           f"{args.repeat} runs each (CPU us per event):")
     for cfg in configs:

@@ -71,9 +71,12 @@ class EngineSettings(_Section):
     max_record_bytes: int = Field(65_536, ge=256)
     cache_max_bytes: int = Field(512 * 2**20, ge=2**16)
     torch_threads: int = Field(1, ge=1)
-    gc_tuning: bool = Field(True, description="freeze the start-up heap and collect less often (faster; "
-                                             "see ktstream.engine.service.tune_gc), and collect fully right "
-                                             "after a rebalance (see ktstream.engine.engine)")
+    gc_tuning: bool = Field(True, description="the engine collects garbage itself, between micro-batches, and "
+                                             "freezes what survives, so a pause stays a few milliseconds however "
+                                             "large the cache grows; and fully right after a rebalance (see "
+                                             "ktstream.engine.collector)")
+    gc_young_objects: int = Field(2000, ge=1, description="with gc_tuning: tracked objects made since the last "
+                                                          "collection that start the next one, between micro-batches")
     malloc_tuning: bool = Field(True, description="keep freed tensor memory in the C heap for reuse (glibc "
                                                   "mallopt; see ktstream.engine.service.tune_malloc): fewer page "
                                                   "faults per wave")

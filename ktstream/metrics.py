@@ -36,7 +36,7 @@ SERIES = (
     "ktstream_model_swaps_total", "ktstream_states_rebuilt_total", "ktstream_loop_seconds_total",
 )
 #: Phases of the engine loop timed by ``ktstream_loop_seconds_total`` (ktstream.engine.engine.Engine.step).
-LOOP_PHASES = ("poll", "process", "send", "flush", "commit", "apply")
+LOOP_PHASES = ("poll", "process", "send", "flush", "commit", "apply", "gc")
 
 
 class EngineMetrics:

@@ -54,7 +54,8 @@ ROWS = [
             ("{{phase}}", f"sum by (phase) (rate(ktstream_loop_seconds_total{{{ENGINE}}}[$__rate_interval]))")],
          "Share of the loop's wall time per phase (summed over instances: 1 = one loop busy all the time). "
          "poll near the whole: idle, waiting for records; process: the model and validation; flush and "
-         "commit: waiting for the broker. A loop with little poll time left is near its capacity."),
+         "commit: waiting for the broker; gc: the engine's garbage collections between micro-batches. "
+         "A loop with little poll time left is near its capacity."),
     ]),
     ("Dead letters and late events", [
         ("Dead letters by reason", "timeseries", "ops", [

@@ -18,11 +18,14 @@ replaces steps 3-4 by one producer transaction: ``begin``; ``send`` the outputs;
 ``commit_transaction``. Any failure aborts the transaction, drops the staged
 states and rewinds, as above; read_committed consumers never see the batch.
 
-After a rebalance the engine can run a full garbage collection (``collect_after_rebalance``,
-on with ``engine.gc_tuning``): waiting for the group leaves cyclic garbage behind (a
-client's timeouts, with their tracebacks; about 170,000-250,000 objects at a first join on
-the embedded broker), and left to the collector's schedule it went in one 100-150 ms pause
-in the middle of serving. Collected here, it falls in a pause the group already takes.
+With a ``collector`` (ktstream.engine.collector; on with ``engine.gc_tuning``) the engine,
+while ``run`` loops (or after ``collector.start()``), collects garbage itself between
+micro-batches: the objects made since the last collection, once there are enough of them, in
+a pause of a few milliseconds however large the cache grows (timed as the loop's ``gc``
+phase). Right after a rebalance it runs a full collection:
+waiting for the group leaves cyclic garbage behind (a client's timeouts, with their
+tracebacks; about 170,000-250,000 objects at a first join on the embedded broker), and
+there it falls in a pause the group already takes.
 
 Between micro-batches (never inside one, so a batch is served by one model
 version) the engine asks its registry watcher for a newly promoted version,
@@ -32,12 +35,12 @@ cached learner states per loop, so an idle engine converts its whole cache.
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
 from typing import Callable, Protocol
 
+from ktstream.engine.collector import BatchCollector
 from ktstream.engine.exceptions import CommitError, EngineError, SinkError
 from ktstream.engine.messages import now_ms
 from ktstream.engine.processor import Batch, Processor
@@ -57,7 +60,7 @@ class Watcher(Protocol):
 class Engine:
     def __init__(self, source: Source, sink: Sink, processor: Processor, metrics: EngineMetrics | None = None,
                  max_batch: int = 1000, poll_timeout_s: float = 0.05, flush_timeout_s: float = 30.0,
-                 gauge_interval_s: float = 1.0, rebuild_chunk: int = 256, collect_after_rebalance: bool = False):
+                 gauge_interval_s: float = 1.0, rebuild_chunk: int = 256, collector: BatchCollector | None = None):
         self.source, self.sink, self.processor = source, sink, processor
         self.cache = processor.cache
         self.metrics = metrics or EngineMetrics()
@@ -67,7 +70,7 @@ class Engine:
         self.transactional = bool(getattr(sink, "transactional", False))  # exactly-once
         self.state_manager = None  # durable state (ktstream.state.wiring), when configured
         self.joined = False  # a first assignment arrived (readiness)
-        self.collect_after_rebalance = collect_after_rebalance
+        self.collector = collector
         self._rebalanced = False
         self.last_loop = time.monotonic()
         self._last_gauges = 0.0
@@ -114,6 +117,15 @@ class Engine:
     def step(self) -> Batch | None:
         """Poll and process one micro-batch through the whole commit protocol."""
         self.last_loop = time.monotonic()
+        try:
+            return self._step()
+        finally:
+            if self.collector is not None and self.collector.started:
+                start = time.perf_counter()
+                if self.collector.between_batches():
+                    self._timed("gc", start)
+
+    def _step(self) -> Batch | None:
         if self.watcher is not None:
             self.watcher.poll()
         start = time.perf_counter()
@@ -121,7 +133,7 @@ class Engine:
         self._timed("poll", start)
         if self._rebalanced:
             self._rebalanced = False
-            if self.collect_after_rebalance:
+            if self.collector is not None:
                 self._collect()
         self._gauges()
         if not records:
@@ -140,13 +152,20 @@ class Engine:
         return batch
 
     def run(self, stop: threading.Event, until: Callable[[], bool] | None = None) -> None:
-        """Loop until ``stop`` is set (or ``until()`` holds); sink failures are retried after a pause."""
-        while not stop.is_set() and not (until is not None and until()):
-            try:
-                self.step()
-            except SinkError as exc:
-                log.error("sink failed, retrying the batch: %s", exc)
-                stop.wait(1.0)
+        """Loop until ``stop`` is set (or ``until()`` holds); sink failures are retried after a pause.
+        While it loops, the engine's collector (if any) does the process's garbage collection."""
+        if self.collector is not None:
+            self.collector.start()
+        try:
+            while not stop.is_set() and not (until is not None and until()):
+                try:
+                    self.step()
+                except SinkError as exc:
+                    log.error("sink failed, retrying the batch: %s", exc)
+                    stop.wait(1.0)
+        finally:
+            if self.collector is not None:
+                self.collector.stop()
         self._gauges(force=True)
 
     def close(self) -> None:
@@ -155,6 +174,8 @@ class Engine:
                 part.close()
             except EngineError as exc:
                 log.warning("closing %s: %s", type(part).__name__, exc)
+        if self.collector is not None:
+            self.collector.stop()
 
     # -- health ----------------------------------------------------------
     def healthy(self, window_s: float = 60.0) -> bool:
@@ -217,10 +238,9 @@ class Engine:
         self.source.seek({tp: off for tp, off in batch.first_offsets.items() if tp in mine})
 
     def _collect(self) -> None:
-        start = time.perf_counter()
-        found = gc.collect()
-        log.info("garbage collection after the rebalance: %d unreachable objects in %.0f ms", found,
-                 (time.perf_counter() - start) * 1000)
+        found, seconds = self.collector.full()
+        self.metrics.loop_time("gc", seconds)
+        log.info("garbage collection after the rebalance: %d unreachable objects in %.0f ms", found, seconds * 1000)
 
     def _rebuild_some(self) -> None:
         if self.processor.stale:

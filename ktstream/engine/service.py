@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import gc
 import threading
 from typing import Callable
 
@@ -19,6 +18,7 @@ import torch
 
 from ktstream.config import EngineSettings, Settings
 from ktstream.engine.bootstrap import ServingModel
+from ktstream.engine.collector import BatchCollector
 from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
 from ktstream.engine.records import Sink, Source
@@ -46,7 +46,7 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
     processor = processor_cls(runner, StateCache(e.cache_max_bytes, store), k.topics.predictions,
                               k.topics.dead_letters, e.late_policy, e.max_record_bytes, e.rebuild_window, **extra)
     engine = Engine(source, sink, processor, metrics, e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s,
-                    rebuild_chunk=e.rebuild_chunk, collect_after_rebalance=e.gc_tuning)
+                    rebuild_chunk=e.rebuild_chunk, collector=collector_for(e))
     if attach is not None:
         engine.state_manager = attach(engine)
     if settings.model.registry is not None:  # hot swap: newly promoted versions are served between micro-batches
@@ -59,16 +59,9 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
     return engine
 
 
-def tune_gc(threshold0: int = 20_000) -> None:
-    """Fewer garbage collections on the hot path: freeze the start-up heap (model, clients,
-    vocabularies: never garbage) out of the collector's scans, and collect the young
-    generation every ``threshold0`` allocations instead of 700. The per-event objects of
-    the engine rarely form cycles, so this costs little memory; it saved about a quarter
-    of the engine's CPU per event in bench/bench_engine.py."""
-    gc.collect()
-    gc.freeze()
-    _, t1, t2 = gc.get_threshold()
-    gc.set_threshold(threshold0, t1, t2)
+def collector_for(engine: EngineSettings) -> BatchCollector | None:
+    """The engine's own garbage collection between micro-batches, when ``gc_tuning`` asks for it."""
+    return BatchCollector(engine.gc_young_objects) if engine.gc_tuning else None
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
@@ -93,10 +86,9 @@ def tune_malloc(mmap_threshold: int = 32 << 20, trim_threshold: int = 256 << 20)
 
 
 def tune_process(engine: EngineSettings) -> None:
-    """The process tuning the engine's settings ask for (``gc_tuning``, ``malloc_tuning``); the
-    benches call it too, so that they measure the service as it runs."""
-    if engine.gc_tuning:
-        tune_gc()
+    """The process tuning the engine's settings ask for (``malloc_tuning``; the garbage collector is
+    the engine's own, ``collector_for``); the benches call it too, so that they measure the service
+    as it runs."""
     if engine.malloc_tuning:
         tune_malloc()
 

@@ -46,7 +46,7 @@ def live_series():
     from ktstream.finetune.scheduler import CycleResult
     from ktstream.models import create, family
 
-    # gc_tuning off: it freezes the heap and changes GC thresholds of the whole (pytest) process
+    # gc_tuning off: the engine would take over the garbage collector of the whole (pytest) process
     settings = load_settings(None, metrics={"host": "127.0.0.1", "port": 0}, engine={"gc_tuning": False})
     events, records = _engine_records(settings.kafka.topics.events)
     items, concepts = build_vocabularies(events)

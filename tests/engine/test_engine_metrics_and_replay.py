@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from ktstream.engine.collector import BatchCollector
 from ktstream.engine.replay import Retimer, replay_order
 from ktstream.metrics import SERIES
 
@@ -44,11 +45,16 @@ def test_loop_phases_add_up_to_no_more_than_the_loop(kit):
     items, concepts = kit.build_vocabularies(recs)
     engine, source, sink = kit.memory_engine(kit.tiny_model("dkt", items, concepts), items, concepts,
                                              kit.as_records(recs), max_batch=40)
+    engine.collector = BatchCollector(young_objects=100)
+    engine.collector.start()  # as run() does
     start = time.perf_counter()
-    kit.drain(engine, source)
+    try:
+        kit.drain(engine, source)
+    finally:
+        engine.close()
     wall = time.perf_counter() - start
     totals = engine.metrics.loop_totals
-    assert set(totals) == {"poll", "process", "send", "flush", "commit", "apply"}
+    assert set(totals) == {"poll", "process", "send", "flush", "commit", "apply", "gc"}
     assert all(seconds > 0 for seconds in totals.values()), totals
     assert sum(totals.values()) <= wall
     assert totals["process"] > totals["apply"]  # the model ran in process, not in a mislabelled phase

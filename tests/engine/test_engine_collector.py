@@ -1,0 +1,94 @@
+"""The engine's garbage collection between micro-batches (ktstream.engine.collector): cyclic garbage
+is still freed, a collection scans what the last micro-batches made and never the long-lived heap,
+and closing the engine hands the process back to the automatic collector."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+from ktstream.engine.collector import BatchCollector
+from ktstream.engine.learner import LearnerState
+
+
+class Cycle:
+    pass
+
+
+def cycle(freed: list) -> None:
+    a, b = Cycle(), Cycle()
+    a.other, b.other = b, a
+    weakref.finalize(a, freed.append, 1)
+
+
+def test_collections_between_batches_free_cycles_and_never_rescan_the_long_lived_heap(kit):
+    recs = kit.stream(n_learners=40, mean_length=25, seed=4)
+    items, concepts = kit.build_vocabularies(recs)
+    engine, source, sink = kit.memory_engine(kit.tiny_model("dkt", items, concepts), items, concepts,
+                                             kit.as_records(recs), max_batch=20)
+    engine.collector = collector = BatchCollector(young_objects=300)
+    was_enabled = gc.isenabled()
+    old_heap = [[i] for i in range(50_000)]  # long-lived tracked objects, as a large cache would hold
+    scanned: list[tuple[int, int]] = []  # (generation, objects it scans) per collection
+    freed: list = []
+    seen: dict = {"turns": 0}
+
+    def count_scanned(phase: str, info: dict) -> None:
+        if phase == "start":
+            scanned.append((info["generation"], sum(len(gc.get_objects(generation=g))
+                                                    for g in range(info["generation"] + 1))))
+
+    def turn() -> bool:
+        """Called by run() before each step: cyclic garbage, and the checks, between micro-batches."""
+        if seen["turns"]:
+            assert not gc.isenabled(), "automatic collection runs while the engine serves"
+        seen["turns"] += 1
+        cycle(freed)
+        if source.pending:
+            return False
+        if "served" not in seen:  # one more loop turn, which collects whatever is there
+            seen["served"], collector.young_objects = collector.collections, 1
+            return False
+        cached = {id(engine.cache.peek(lid)) for lid in engine.cache.keys()}
+        seen["cached"] = len(cached)
+        seen["unfrozen"] = [o for o in gc.get_objects() if isinstance(o, LearnerState) and id(o) in cached]
+        return True
+
+    gc.callbacks.append(count_scanned)
+    try:
+        engine.run(threading.Event(), until=turn)
+    finally:
+        gc.callbacks.remove(count_scanned)
+        engine.close()
+    assert gc.isenabled() == was_enabled and gc.get_freeze_count() == 0, "the collector was handed back"
+    full = [n for generation, n in scanned if generation == 2]
+    young = [n for generation, n in scanned if generation < 2]
+    assert len(full) == 2, "full collections: when the engine takes over, and after the first assignment"
+    assert seen["served"] >= 3 and len(young) == collector.collections
+    made = seen["turns"]
+    assert len(freed) >= made - 3, f"cyclic garbage made while serving was not freed: {len(freed)} of {made}"
+    assert max(young) < 3_000 < len(old_heap), f"a collection scanned the long-lived heap: {scanned}"
+    assert seen["cached"] == 40 and seen["unfrozen"] == [], "the cached learner states are still scanned"
+    assert len(sink.flushed) == len(recs)
+
+
+def test_a_full_collection_reaches_cycles_among_frozen_objects():
+    collector = BatchCollector(young_objects=10**9)
+    was_enabled = gc.isenabled()
+    freed: list = []
+    try:
+        collector.start()
+        a, b = Cycle(), Cycle()
+        a.other, b.other = b, a
+        weakref.finalize(a, freed.append, 1)
+        gc.collect(1)
+        gc.freeze()  # as a collection between micro-batches leaves a survivor
+        del a, b  # ... which then drops into a cycle
+        assert not collector.between_batches() and freed == []
+        found, _ = collector.full()
+        assert freed == [1] and found >= 2
+        assert gc.get_freeze_count() > 0, "the survivors of the full collection are frozen again"
+    finally:
+        collector.stop()
+    assert gc.isenabled() == was_enabled and gc.get_freeze_count() == 0

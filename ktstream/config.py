@@ -77,6 +77,9 @@ class EngineSettings(_Section):
                                              "ktstream.engine.collector)")
     gc_young_objects: int = Field(2000, ge=1, description="with gc_tuning: tracked objects made since the last "
                                                           "collection that start the next one, between micro-batches")
+    gc_full_interval_s: float = Field(600.0, gt=0, description="with gc_tuning: a full collection (frozen objects "
+                                                               "included) at the first idle loop turn after this "
+                                                               "many seconds since the last one")
     malloc_tuning: bool = Field(True, description="keep freed tensor memory in the C heap for reuse (glibc "
                                                   "mallopt; see ktstream.engine.service.tune_malloc): fewer page "
                                                   "faults per wave")

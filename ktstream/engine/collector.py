@@ -5,18 +5,29 @@ windows, arena rows. Reference counting frees what it replaces; the cyclic
 collector only ever finds garbage among fresh objects (a client's timeouts,
 with their tracebacks). Left to CPython's schedule, the survivors fill the
 older generations, and each older collection scans all of them: at 5,000
-events/s over 30,000 learners, young collections grew from 2 to 25 ms and a
-middle-generation collection took 55-135 ms every 10 s (docs/engine.md,
-twelfth round); a full collection of that heap takes about 0.7 s.
+events/s over 30,000 learners, young collections grew to 20-30 ms and a
+middle-generation collection took 54-185 ms every 10 s or so (docs/engine.md,
+twelfth round); a full collection of that heap takes 0.7-1.4 s.
 
 So, while the engine runs, automatic collection is off. Between micro-batches,
 once ``young_objects`` tracked objects have accumulated since the last
-collection, the collector collects them (cyclic garbage found there is freed)
-and freezes the survivors (``gc.freeze``: never scanned again). A pause is then
-bounded by the objects a few micro-batches leave behind, wherever the heap is.
-What a frozen object drops into a cycle later is found only by a full
-collection: the engine runs one right after a rebalance, in a pause the group
-already takes (``full``).
+collection, the collector collects them; every ``PROMOTE_EVERY``-th time it
+collects the survivors of the previous ones too and freezes what is left
+(``gc.freeze``: never scanned again). A pause is then bounded by the objects a
+few micro-batches leave behind, wherever the heap is; the frozen heap is
+collected only by a full collection. Objects that die in a cycle after being
+frozen wait for it: kafka-python's poll timeouts (a ``KafkaTimeoutError``
+whose traceback holds the frames that hold it, about 50 objects each) are the
+ones seen, which is why survivors get a second collection before they are
+frozen (most of those die within one). A full collection runs at the first
+idle loop turn (a poll that returned nothing) once ``full_interval_s`` has
+passed since the last; its pause grows with the heap (0.45 s for a DKT engine
+of a few thousand learners, 1.3 s at 30,000), and under a steady stream with
+the odd empty poll it is such a pause once per interval. Right after a
+rebalance the collector collects everything but the frozen objects: waiting
+for the group leaves its garbage there (the engine collects nothing between
+micro-batches until its first assignment, so that a join's garbage is not
+frozen while the join still holds it), and the group pauses anyway.
 """
 
 from __future__ import annotations
@@ -25,12 +36,16 @@ import gc
 import time
 
 
+PROMOTE_EVERY = 4  # collections of the young objects per collection of their survivors, which are then frozen
+
+
 class BatchCollector:
-    def __init__(self, young_objects: int = 2000):
+    def __init__(self, young_objects: int = 2000, full_interval_s: float = 600.0):
         assert young_objects > 0, f"young_objects must be positive, got {young_objects}"
-        self.young_objects = young_objects
+        self.young_objects, self.full_interval_s = young_objects, full_interval_s
         self.started = False
         self._was_enabled = True
+        self._last_full = time.monotonic()
         self.collections = 0
 
     def start(self) -> None:
@@ -39,23 +54,39 @@ class BatchCollector:
             return
         self._was_enabled = gc.isenabled()
         gc.disable()
-        gc.collect()
-        gc.freeze()
         self.started = True
+        self.full()
 
-    def between_batches(self) -> bool:
-        """Collect the objects made since the last collection, if enough are; True when it collected."""
-        if not self.started or gc.get_count()[0] < self.young_objects:
+    def between_batches(self, idle: bool = False) -> bool:
+        """Collect if it is time to (``idle``: the loop's last poll returned nothing); True when it did."""
+        if not self.started:
             return False
-        gc.collect(1)  # generation 1 holds nothing older than the last freeze
-        gc.freeze()
+        if idle and time.monotonic() - self._last_full >= self.full_interval_s:
+            self.full()
+            return True
+        if gc.get_count()[0] < self.young_objects:
+            return False
         self.collections += 1
+        if self.collections % PROMOTE_EVERY:
+            gc.collect(0)  # the survivors move to generation 1, where the next collections find them again
+        else:
+            gc.collect(1)  # generation 1 holds nothing older than the last freeze
+            gc.freeze()
         return True
 
+    def after_rebalance(self) -> tuple[int, float]:
+        """Collect every generation but the frozen one (a group join's garbage is all there), freeze the
+        survivors; returns (unreachable objects, seconds)."""
+        return self._collect(unfreeze=False)
+
     def full(self) -> tuple[int, float]:
-        """A full collection (the frozen objects too, once started); returns (unreachable objects, seconds)."""
+        """A full collection, the frozen objects too once started; returns (unreachable objects, seconds)."""
+        self._last_full = time.monotonic()
+        return self._collect(unfreeze=self.started)
+
+    def _collect(self, unfreeze: bool) -> tuple[int, float]:
         start = time.perf_counter()
-        if self.started:
+        if unfreeze:
             gc.unfreeze()
         found = gc.collect()
         if self.started:

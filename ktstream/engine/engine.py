@@ -71,6 +71,7 @@ class Engine:
         self.state_manager = None  # durable state (ktstream.state.wiring), when configured
         self.joined = False  # a first assignment arrived (readiness)
         self.collector = collector
+        self._idle = False  # the last poll returned nothing
         self._rebalanced = False
         self.last_loop = time.monotonic()
         self._last_gauges = 0.0
@@ -120,9 +121,9 @@ class Engine:
         try:
             return self._step()
         finally:
-            if self.collector is not None and self.collector.started:
+            if self.collector is not None and self.collector.started and self.joined:  # joining: see _collect
                 start = time.perf_counter()
-                if self.collector.between_batches():
+                if self.collector.between_batches(idle=self._idle):
                     self._timed("gc", start)
 
     def _step(self) -> Batch | None:
@@ -131,6 +132,7 @@ class Engine:
         start = time.perf_counter()
         records = self.source.poll(self.poll_timeout_s, self.max_batch)
         self._timed("poll", start)
+        self._idle = not records
         if self._rebalanced:
             self._rebalanced = False
             if self.collector is not None:
@@ -238,7 +240,9 @@ class Engine:
         self.source.seek({tp: off for tp, off in batch.first_offsets.items() if tp in mine})
 
     def _collect(self) -> None:
-        found, seconds = self.collector.full()
+        """After a rebalance. Nothing is collected between micro-batches before the first assignment, so
+        the join's garbage is still unfrozen here: none of it was alive at a collection and kept."""
+        found, seconds = self.collector.after_rebalance()
         self.metrics.loop_time("gc", seconds)
         log.info("garbage collection after the rebalance: %d unreachable objects in %.0f ms", found, seconds * 1000)
 

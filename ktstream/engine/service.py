@@ -61,7 +61,7 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
 
 def collector_for(engine: EngineSettings) -> BatchCollector | None:
     """The engine's own garbage collection between micro-batches, when ``gc_tuning`` asks for it."""
-    return BatchCollector(engine.gc_young_objects) if engine.gc_tuning else None
+    return BatchCollector(engine.gc_young_objects, engine.gc_full_interval_s) if engine.gc_tuning else None
 
 
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)

@@ -73,7 +73,7 @@ class EngineSettings(_Section):
     torch_threads: int = Field(1, ge=1)
     gc_tuning: bool = Field(True, description="the engine collects garbage itself, between micro-batches, and "
                                              "freezes what survives, so a pause stays a few milliseconds however "
-                                             "large the cache grows; and fully right after a rebalance (see "
+                                             "large the cache grows; and after a rebalance (see "
                                              "ktstream.engine.collector)")
     gc_young_objects: int = Field(2000, ge=1, description="with gc_tuning: tracked objects made since the last "
                                                           "collection that start the next one, between micro-batches")

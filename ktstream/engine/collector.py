@@ -25,9 +25,8 @@ passed since the last; its pause grows with the heap (0.45 s for a DKT engine
 of a few thousand learners, 1.3 s at 30,000), and under a steady stream with
 the odd empty poll it is such a pause once per interval. Right after a
 rebalance the collector collects everything but the frozen objects: waiting
-for the group leaves its garbage there (the engine collects nothing between
-micro-batches until its first assignment, so that a join's garbage is not
-frozen while the join still holds it), and the group pauses anyway.
+for the group leaves its garbage there (nothing is frozen before the first
+assignment, while the join still holds it), and the group pauses anyway.
 """
 
 from __future__ import annotations
@@ -57,8 +56,10 @@ class BatchCollector:
         self.started = True
         self.full()
 
-    def between_batches(self, idle: bool = False) -> bool:
-        """Collect if it is time to (``idle``: the loop's last poll returned nothing); True when it did."""
+    def between_batches(self, idle: bool = False, joined: bool = True) -> bool:
+        """Collect if it is time to (``idle``: the loop's last poll returned nothing); True when it did.
+        Until the engine has ``joined`` its group nothing is frozen: the join holds its garbage until
+        it completes, and ``after_rebalance`` then finds it among the unfrozen objects."""
         if not self.started:
             return False
         if idle and time.monotonic() - self._last_full >= self.full_interval_s:
@@ -71,7 +72,8 @@ class BatchCollector:
             gc.collect(0)  # the survivors move to generation 1, where the next collections find them again
         else:
             gc.collect(1)  # generation 1 holds nothing older than the last freeze
-            gc.freeze()
+            if joined:
+                gc.freeze()
         return True
 
     def after_rebalance(self) -> tuple[int, float]:

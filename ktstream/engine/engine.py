@@ -22,10 +22,10 @@ With a ``collector`` (ktstream.engine.collector; on with ``engine.gc_tuning``) t
 while ``run`` loops (or after ``collector.start()``), collects garbage itself between
 micro-batches: the objects made since the last collection, once there are enough of them, in
 a pause of a few milliseconds however large the cache grows (timed as the loop's ``gc``
-phase). Right after a rebalance it runs a full collection:
-waiting for the group leaves cyclic garbage behind (a client's timeouts, with their
-tracebacks; about 170,000-250,000 objects at a first join on the embedded broker), and
-there it falls in a pause the group already takes.
+phase). Right after a rebalance it collects everything but the frozen objects: waiting for
+the group leaves cyclic garbage behind (a client's timeouts, with their tracebacks; about
+170,000-250,000 objects at a first join on the embedded broker), and there it falls in a
+pause the group already takes.
 
 Between micro-batches (never inside one, so a batch is served by one model
 version) the engine asks its registry watcher for a newly promoted version,
@@ -121,9 +121,9 @@ class Engine:
         try:
             return self._step()
         finally:
-            if self.collector is not None and self.collector.started and self.joined:  # joining: see _collect
+            if self.collector is not None and self.collector.started:
                 start = time.perf_counter()
-                if self.collector.between_batches(idle=self._idle):
+                if self.collector.between_batches(idle=self._idle, joined=self.joined):
                     self._timed("gc", start)
 
     def _step(self) -> Batch | None:
@@ -240,8 +240,8 @@ class Engine:
         self.source.seek({tp: off for tp, off in batch.first_offsets.items() if tp in mine})
 
     def _collect(self) -> None:
-        """After a rebalance. Nothing is collected between micro-batches before the first assignment, so
-        the join's garbage is still unfrozen here: none of it was alive at a collection and kept."""
+        """After a rebalance. Nothing is frozen before the first assignment, so the join's garbage is
+        among the unfrozen objects here."""
         found, seconds = self.collector.after_rebalance()
         self.metrics.loop_time("gc", seconds)
         log.info("garbage collection after the rebalance: %d unreachable objects in %.0f ms", found, seconds * 1000)

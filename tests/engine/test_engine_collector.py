@@ -98,8 +98,8 @@ def test_cycles_among_frozen_objects_are_freed_at_the_first_idle_turn_after_the_
 
 
 def test_nothing_is_frozen_while_the_group_is_joining(kit):
-    """A join's garbage stays alive until the join completes: collections (and freezes) between
-    micro-batches wait for the first assignment, whose collection then frees all of it."""
+    """A join's garbage stays alive until the join completes: collections between micro-batches
+    freeze nothing before the first assignment, whose collection then frees all of it."""
     from ktstream.engine import MemorySource
 
     class Joining(MemorySource):
@@ -116,23 +116,23 @@ def test_nothing_is_frozen_while_the_group_is_joining(kit):
     recs = kit.stream(n_learners=5, mean_length=6, seed=2)
     items, concepts = kit.build_vocabularies(recs)
     engine, _, _ = kit.memory_engine(kit.tiny_model("dkt", items, concepts), items, concepts, [], max_batch=10)
-    source = Joining(kit.as_records(recs), polls_before_joined=3)
+    source = Joining(kit.as_records(recs), polls_before_joined=8)
     source.on_assigned, engine.source = engine.on_assigned, source
     engine.collector = collector = BatchCollector(young_objects=1)
     freed: list = []
     held = []  # what the join still holds while it waits
     try:
         collector.start()
-        for _ in range(3):
+        for _ in range(8):  # twice as many collections as it takes to freeze, once joined
             a, b = Cycle(), Cycle()
             a.other, b.other = b, a
             weakref.finalize(a, freed.append, 1)
             held.append(a)
             del a, b
             engine.step()
-        assert not engine.joined and collector.collections == 0
+        assert not engine.joined and collector.collections == 8
         held.clear()  # the join is over: its garbage is garbage now
         engine.step()  # the first assignment
-        assert engine.joined and freed == [1, 1, 1], "the join's garbage was frozen while it was held"
+        assert engine.joined and freed == [1] * 8, "the join's garbage was frozen while it was held"
     finally:
         engine.close()

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import gc
-import weakref
 
 import pytest
 import torch
 
 from ktstream.data.histories import Interactions
-from ktstream.engine.collector import BatchCollector
 from ktstream.engine.exceptions import SinkError
 from ktstream.engine.learner import OVERHEAD_BYTES, LearnerState
 from ktstream.engine.records import MemorySink
@@ -126,42 +123,3 @@ def test_state_changes_only_after_the_commit_and_roll_back_on_sink_failure(kit):
     assert engine.metrics.totals["consumed"] == 10
 
 
-@pytest.mark.parametrize("collect", [True, False])
-def test_cyclic_garbage_is_collected_right_after_a_rebalance_when_asked(kit, collect):
-    """With a collector (engine.gc_tuning) the engine runs a full collection in the step whose poll
-    brought a rebalance, and only then: a join's garbage goes in a pause the group already takes."""
-    recs = kit.stream(n_learners=3, mean_length=6, seed=3, query_prob=0.0)
-    items, concepts = kit.build_vocabularies(recs)
-    engine, source, _ = kit.memory_engine(kit.tiny_model("dkt", items, concepts), items, concepts,
-                                          kit.as_records(recs, partitions=1), max_batch=5)
-    # collections between micro-batches never start here: only the full one after a rebalance can run
-    engine.collector = BatchCollector(young_objects=10**9) if collect else None
-
-    class Cycle:
-        pass
-
-    def cycle(freed: list) -> None:
-        a, b = Cycle(), Cycle()
-        a.other, b.other = b, a
-        weakref.finalize(a, freed.append, 1)
-
-    was_enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()  # only the engine may collect here
-    try:
-        engine.step()  # the source's first poll assigns its partitions
-        quiet, after = [], []
-        cycle(quiet)
-        engine.step()
-        assert quiet == [], "collected without a rebalance"
-        engine.on_assigned([(kit.EVENTS, 0)])
-        cycle(after)
-        engine.step()
-        assert after == ([1] if collect else [])
-        assert quiet == ([1] if collect else [])
-        assert engine.metrics.loop_totals["gc"] > 0 if collect else engine.metrics.loop_totals["gc"] == 0
-    finally:
-        engine.close()
-        if was_enabled:
-            gc.enable()
-        gc.collect()

@@ -19,6 +19,7 @@ deterministic kernels while training.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -31,7 +32,10 @@ from ktstream.finetune.replay import ReplayData, assert_before
 from ktstream.finetune.warmstart import warm_start
 from ktstream.models import create
 from ktstream.models.base import KTModel
+from ktstream.training.precision import supports_autocast
 from ktstream.training.trainer import FitResult, TrainConfig, fit, resolve_device
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -86,8 +90,15 @@ def segments(histories: list[LearnerHistory], length: int | None) -> list[Learne
 
 
 def autocast_mode(device: torch.device, cfg: FinetuneConfig) -> str | None:
-    """The trainer's per-step autocast: bf16 on CUDA when asked for, none on CPU."""
-    return "bf16" if device.type == "cuda" and cfg.bf16 else None
+    """The trainer's per-step autocast: bf16 on CUDA when asked for and the GPU trains in it (else fp32,
+    logged), none on CPU."""
+    if device.type != "cuda" or not cfg.bf16:
+        return None
+    if not (torch.cuda.is_bf16_supported() and supports_autocast(device, torch.bfloat16)):
+        log.warning("bf16 autocast is not supported on %s: fine-tuning in fp32 (set bf16: false to silence this)",
+                    torch.cuda.get_device_name(device))
+        return None
+    return "bf16"
 
 
 @contextlib.contextmanager

@@ -30,6 +30,7 @@ from tqdm import tqdm
 from ktstream.data.histories import Histories, LearnerHistory, collate
 from ktstream.evaluation.metrics import auc
 from ktstream.models.base import KTModel
+from ktstream.training.precision import check_autocast
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,7 @@ def _start(model: KTModel, cfg: TrainConfig) -> torch.device:
     if torch.is_autocast_enabled(device.type):
         raise RuntimeError("training called inside torch.autocast: its weight-cast cache would keep the first "
                            "step's weights for the whole run; set TrainConfig.autocast instead")
+    check_autocast(device, AUTOCAST_DTYPES[cfg.autocast], "TrainConfig.autocast")
     model.to(device)
     return device
 

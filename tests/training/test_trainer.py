@@ -6,6 +6,8 @@ import torch
 
 from ktstream.data.histories import collate
 from ktstream.models import create
+from ktstream.training import precision
+from ktstream.training.precision import supports_autocast
 from ktstream.training.trainer import TrainConfig, fit, forward_windows, predict_histories, score
 from ktstream.evaluation.metrics import auc
 from tests.conftest import random_learner
@@ -34,6 +36,8 @@ def test_fit_learns_and_keeps_best_epoch():
     assert result.history[result.best_epoch - 1]["valid_auc"] == best
 
 
+@pytest.mark.skipif(not supports_autocast(torch.device("cpu"), torch.bfloat16),
+                    reason="this CPU cannot train in bf16 autocast (oneDNN's bf16 LSTM needs AVX-512 BF16 or AMX)")
 def test_bf16_autocast_training_learns_like_fp32():
     """Autocast per step: each step's bf16 weights are cast from the updated fp32 ones (CPU bf16 here)."""
     train, valid, test = skill_learners(60, 0), skill_learners(20, 1), skill_learners(20, 2)
@@ -46,6 +50,30 @@ def test_bf16_autocast_training_learns_like_fp32():
         y, p, _ = score(test, predict_histories(model, test))
         aucs[mode] = auc(y, p[:, 1])
     assert aucs[None] > 0.95 and aucs["bf16"] > 0.95, aucs
+
+
+def test_an_autocast_the_device_cannot_train_in_fails_before_training_in_one_line(monkeypatch):
+    """What an AVX2-only CPU says about bf16: the probe's error, named with the option to change."""
+    monkeypatch.setattr(precision, "_probe", lambda device_type, dtype: "could not create a primitive descriptor")
+    model = create("dkt", n_items=20, n_concepts=6, dim=8, hidden=16)
+    before = [p.detach().clone() for p in model.parameters()]
+    with pytest.raises(precision.UnsupportedPrecisionError) as err:
+        fit(model, skill_learners(4, 0), skill_learners(2, 1),
+            TrainConfig(epochs=1, device="cpu", autocast="bf16", progress=False))
+    message = str(err.value)
+    assert "\n" not in message and "TrainConfig.autocast" in message and "primitive descriptor" in message
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_the_autocast_probe_answers_for_this_machine():
+    """Whatever the CPU, the probe answers instead of crashing, the check agrees with it, and fp32 always trains."""
+    cpu = torch.device("cpu")
+    assert precision.supports_autocast(cpu, None)
+    if precision.supports_autocast(cpu, torch.bfloat16):
+        precision.check_autocast(cpu, torch.bfloat16, "TrainConfig.autocast")
+    else:
+        with pytest.raises(precision.UnsupportedPrecisionError, match="TrainConfig.autocast"):
+            precision.check_autocast(cpu, torch.bfloat16, "TrainConfig.autocast")
 
 
 def test_training_inside_an_autocast_context_is_refused():

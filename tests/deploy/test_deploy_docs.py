@@ -9,19 +9,30 @@ from tests.deploy.deploy_support import DEPLOY, ROOT, load_yaml_docs
 
 DOCS = ROOT / "docs"
 LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
-PATH = re.compile(r"`((?:deploy|ktstream|bench|configs|docs)/[\w./-]+)`")
+PATH = re.compile(r"`((?:deploy|ktstream|bench|configs|docs|tests)/[\w./-]+)`")
 
 
-@pytest.mark.parametrize("name,base", [("operations.md", DOCS), ("models.md", DOCS),
-                                       ("README-deploy-section.md", ROOT)])  # the README section lands at the root
-def test_links_and_paths_resolve(name, base):
-    text = (DOCS / name).read_text(encoding="utf-8")
+@pytest.mark.parametrize("path", [DOCS / "operations.md", DOCS / "models.md", ROOT / "README.md"], ids=lambda p: p.name)
+def test_links_and_paths_resolve(path):
+    name, base = path.name, path.parent
+    text = path.read_text(encoding="utf-8")
     links = [t for t in LINK.findall(text) if "://" not in t]
     assert links, f"{name} links to nothing"
     for target in links:
         assert (base / target).exists(), f"{name} links to {target}, which does not exist"
     for path in PATH.findall(text):
         assert (ROOT / path.rstrip(".")).exists(), f"{name} names {path}, which does not exist"
+
+
+def test_every_invariant_names_tests_that_exist():
+    text = (DOCS / "invariants.md").read_text(encoding="utf-8")
+    sections = re.split(r"^## ", text, flags=re.M)[1:]
+    assert len(sections) == 6, "docs/invariants.md must keep the six numbered invariants"
+    for section in sections:
+        paths = [p for p in PATH.findall(section) if p.startswith("tests/")]
+        assert paths, f"invariant {section.splitlines()[0]!r} names no test"
+        missing = [p for p in paths if not (ROOT / p.rstrip(".")).exists()]
+        assert not missing, f"invariant {section.splitlines()[0]!r} names {missing}, which do not exist"
 
 
 def test_operations_lists_every_alert():
@@ -34,12 +45,12 @@ def test_operations_lists_every_alert():
 
 
 def test_documented_commands_parse():
-    """Every `ktstream ...` command line in the README section parses with the real CLI."""
+    """Every `ktstream ...` command line in the README parses with the real CLI."""
     import shlex
 
     from ktstream.cli.main import build_parser
 
-    text = (DOCS / "README-deploy-section.md").read_text(encoding="utf-8")
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
     lines = [ln.split("#")[0].strip() for ln in re.findall(r"^(ktstream [^\n]+)$", text, re.M)]
     assert len(lines) >= 3
     parser = build_parser()

@@ -6,8 +6,8 @@ collector only ever finds garbage among fresh objects (a client's timeouts,
 with their tracebacks). Left to CPython's schedule, the survivors fill the
 older generations, and each older collection scans all of them: at 5,000
 events/s over 30,000 learners, young collections grew to 20-30 ms and a
-middle-generation collection took 54-185 ms every 10 s or so (docs/engine.md,
-twelfth round); a full collection of that heap takes 0.7-1.4 s.
+middle-generation collection took 54-185 ms every 10 s or so (docs/performance.md);
+a full collection of that heap takes 0.7-1.4 s.
 
 So, while the engine runs, automatic collection is off. Between micro-batches,
 once ``young_objects`` tracked objects have accumulated since the last

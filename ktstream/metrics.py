@@ -34,6 +34,7 @@ SERIES = (
     "ktstream_calibration_predictions_total", "ktstream_calibration_correct_total",
     "ktstream_calibration_probability_sum_total", "ktstream_drift_alarms_total",
     "ktstream_model_swaps_total", "ktstream_states_rebuilt_total", "ktstream_loop_seconds_total",
+    "ktstream_model_load_failures_total", "ktstream_state_stores_quarantined_total",
 )
 #: Phases of the engine loop timed by ``ktstream_loop_seconds_total`` (ktstream.engine.engine.Engine.step).
 LOOP_PHASES = ("poll", "process", "send", "flush", "commit", "apply", "gc")
@@ -51,6 +52,10 @@ class EngineMetrics:
                                   registry=r)
         self.failures = Counter("ktstream_batch_failures", "Micro-batches rolled back.", ["stage"], registry=r)
         self.swaps = Counter("ktstream_model_swaps", "Model versions swapped in while serving.", registry=r)
+        self.model_load_failures = Counter("ktstream_model_load_failures", "Promoted model versions that could "
+                                           "not be loaded (the current version kept serving).", registry=r)
+        self.stores_quarantined = Counter("ktstream_state_stores_quarantined", "Corrupt local state stores "
+                                          "moved aside (the partition is rebuilt from the changelog).", registry=r)
         self.rebuilt = Counter("ktstream_states_rebuilt", "Learner states rebuilt with new weights after a swap "
                                "(lazy: on the learner's next event; background: between micro-batches).",
                                ["mode"], registry=r)

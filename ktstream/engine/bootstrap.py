@@ -59,18 +59,37 @@ def train_quick(family: str = "dkt", n_learners: int = 300, epochs: int = 4, con
 
 
 def load_model(cfg: ModelSettings) -> ServingModel:
-    """The model the configuration names: the registry's latest version, else the checkpoint / train-quick."""
+    """The model the configuration names: the registry's newest loadable version, else the checkpoint /
+    train-quick. A version that cannot be loaded is skipped with an error in the log (the engine's
+    registry watcher then tries it once more and counts the failure in
+    ``ktstream_model_load_failures_total``), so a bad promotion never makes a restart crash-loop."""
     if cfg.registry is not None:
-        from ktstream.finetune.registry import ModelRegistry
-
-        registry = ModelRegistry(cfg.registry, read_only=True)
-        if (latest := registry.latest()) is not None:
-            v = registry.get(latest)
-            return ServingModel(v.model, v.items, v.concepts, v.version)
-        log.info("model registry %s is empty: serving %s until a version is promoted", cfg.registry, cfg.checkpoint)
+        if (found := _newest_loadable(cfg.registry)) is not None:
+            return found
+        log.info("model registry %s has no loadable version: serving %s until one is promoted", cfg.registry,
+                 cfg.checkpoint)
     if cfg.checkpoint == "train-quick":
         return train_quick(cfg.family, cfg.quick_learners, cfg.quick_epochs, cfg.config)
     model, items, concepts, version = load_checkpoint(cfg.checkpoint)
     if model.name != cfg.family:
         raise ConfigError(f"checkpoint {cfg.checkpoint} holds a {model.name!r} model; the config says {cfg.family!r}")
     return ServingModel(model, items, concepts, version)
+
+
+def _newest_loadable(root: str) -> ServingModel | None:
+    from ktstream.finetune.exceptions import RegistryError
+    from ktstream.finetune.registry import ModelRegistry
+
+    registry = ModelRegistry(root, read_only=True)
+    names = registry.versions()
+    for name in reversed(names):
+        try:
+            v = registry.get(name)
+        except RegistryError as exc:
+            log.error("model version %s cannot be loaded, falling back to an older one: %s", name, exc)
+            continue
+        if name != names[-1]:
+            log.error("serving model version %s, not the registry's latest %s (it cannot be loaded)", name,
+                      names[-1])
+        return ServingModel(v.model, v.items, v.concepts, v.version)
+    return None

@@ -55,7 +55,8 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
 
         registry = ModelRegistry(settings.model.registry, read_only=True)
         engine.watch(RegistryWatcher(registry, engine.swap, current=serving.version,
-                                     interval_s=settings.model.registry_poll_s))
+                                     interval_s=settings.model.registry_poll_s,
+                                     on_load_error=lambda version, exc: metrics.model_load_failures.inc()))
     return engine
 
 

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 from ktstream.data.vocab import Vocabulary
 from ktstream.finetune.exceptions import RegistryError
 from ktstream.models.base import KTModel
-from ktstream.models.checkpoint import CONFIG, WEIGHTS, CheckpointError, load_checkpoint, save_checkpoint
+from ktstream.models.checkpoint import CONFIG, WEIGHTS, load_checkpoint, save_checkpoint
 
 METRICS, REPORT = "metrics.json", "report.json"
 VERSION = re.compile(r"^v(\d{6})$")
@@ -58,6 +58,14 @@ def _fsync_tree(folder: Path) -> None:
             os.close(fd)
 
 
+def _check_vocabularies(version: str, model: KTModel, items: Vocabulary, concepts: Vocabulary) -> None:
+    """The model must embed every id its vocabularies encode (else serving fails at the first such event)."""
+    for what, vocab, size in (("item", items, model.n_items), ("concept", concepts, model.n_concepts)):
+        if len(vocab) > size:
+            raise RegistryError(f"version {version}: its {what} vocabulary encodes {len(vocab)} ids but the "
+                                f"model embeds {size}")
+
+
 class ModelRegistry:
     def __init__(self, root: str | Path, read_only: bool = False):
         """``read_only``: a reader (an engine, on a read-only mount) creates nothing; an absent
@@ -81,18 +89,27 @@ class ModelRegistry:
         return json.loads((self._dir(version) / METRICS).read_text(encoding="utf-8"))
 
     def get(self, version: str) -> ModelVersion:
-        """Load a version (model in eval mode on CPU); refuses folders holding anything but JSON / safetensors."""
+        """Load a version (model in eval mode on CPU), or raise `RegistryError` saying why it cannot serve.
+
+        Every way a version's files can be wrong ends here as a `RegistryError`: files other than
+        JSON / safetensors, truncated or unreadable weights, an unknown family or a config its
+        constructor refuses, weights whose names or shapes do not fit the model, a model too small
+        for its own vocabularies, a missing metrics file. A serving engine relies on this to keep
+        its current version (ktstream.finetune.watcher).
+        """
         folder = self._dir(version)
         foreign = [p.name for p in folder.iterdir() if not p.name.endswith(ALLOWED_SUFFIXES)]
         if foreign:
             raise RegistryError(f"version {version} holds files that are not JSON / safetensors: {foreign}")
         try:
             model, items, concepts, stored = load_checkpoint(folder)
-        except CheckpointError as exc:
-            raise RegistryError(f"cannot load version {version}: {exc}") from exc
+            metrics = self.metrics(version)
+        except Exception as exc:  # noqa: BLE001  (any content of a folder on disk: all mean "cannot serve")
+            raise RegistryError(f"cannot load version {version}: {type(exc).__name__}: {exc}") from exc
         if stored != version:
             raise RegistryError(f"folder {version} holds a checkpoint of version {stored}")
-        return ModelVersion(version, model, items, concepts, self.metrics(version), folder)
+        _check_vocabularies(version, model, items, concepts)
+        return ModelVersion(version, model, items, concepts, metrics, folder)
 
     def rejected(self) -> list[str]:
         return sorted(p.name for p in (self.root / "rejected").iterdir() if p.is_dir())

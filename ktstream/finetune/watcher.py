@@ -5,8 +5,12 @@ batch is served by one model version). ``poll`` looks at the registry at most
 every ``interval_s`` seconds; when ``latest()`` names a version other than the
 current one it loads it (CPU, eval mode) and calls ``callback(ModelVersion)``.
 The engine's callback swaps the runner's model and marks learner states for
-rebuilding (``ktstream.finetune.rebuild``). A version that cannot be loaded is
-logged and skipped until a newer one appears: the service keeps serving.
+rebuilding (``ktstream.finetune.rebuild``). A version that cannot be loaded
+(whatever is wrong with its files: ``ModelRegistry.get`` turns it into a
+`RegistryError`), or a registry that cannot be listed, is logged as an error,
+counted through ``on_load_error`` (the engine's
+``ktstream_model_load_failures_total``) and skipped until a newer version
+appears: the current version keeps serving.
 
 >>> import tempfile, torch
 >>> from ktstream.data.vocab import Vocabulary
@@ -37,9 +41,11 @@ log = logging.getLogger(__name__)
 class RegistryWatcher:
     def __init__(self, registry: ModelRegistry, callback: Callable[[ModelVersion], None],
                  current: str | None = None, interval_s: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 on_load_error: Callable[[str, Exception], None] | None = None):
         self.registry, self.callback = registry, callback
         self.current, self.interval_s, self.clock = current, interval_s, clock
+        self.on_load_error = on_load_error or (lambda version, exc: None)
         self._last_check: float | None = None
         self._bad: str | None = None  # a version that failed to load (not retried)
 
@@ -49,14 +55,21 @@ class RegistryWatcher:
         if self._last_check is not None and now - self._last_check < self.interval_s:
             return None
         self._last_check = now
-        latest = self.registry.latest()
+        try:
+            latest = self.registry.latest()
+        except OSError as exc:
+            log.error("model registry %s cannot be listed (%s); still serving %s", self.registry.root, exc,
+                      self.current)
+            self.on_load_error("", exc)
+            return None
         if latest is None or latest == self.current or latest == self._bad:
             return None
         try:
             version = self.registry.get(latest)
-        except RegistryError:
-            log.exception("model version %s cannot be loaded; still serving %s", latest, self.current)
+        except RegistryError as exc:
+            log.error("model version %s cannot be loaded; still serving %s: %s", latest, self.current, exc)
             self._bad = latest
+            self.on_load_error(latest, exc)
             return None
         self.callback(version)
         self.current = latest

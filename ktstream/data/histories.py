@@ -92,6 +92,12 @@ class Histories:
     def at(self, t: int) -> Interactions:
         return Interactions(self.items[:, t], self.concepts[:, t], self.responses[:, t], self.times[:, t])
 
+    @property
+    def applied(self) -> torch.Tensor:
+        """(B, T) positions whose response updates the state: real ones with a response. A prediction
+        request (NO_RESPONSE) is predicted and changes nothing, as in serving."""
+        return self.mask & (self.responses >= 0)
+
     def window(self, start: int, stop: int) -> "Histories":
         """Positions [start, stop); step_start re-based so it stays an index into the slice."""
         ss = (self.step_start[:, start:stop] - start).clamp(min=0)
@@ -126,6 +132,16 @@ class LearnerHistory:
         return LearnerHistory(self.learner_id, self.items[start:stop], self.concepts[start:stop],
                               self.responses[start:stop], self.times[start:stop], ss,
                               self.event_ids[start:stop])
+
+
+def applied_first(applied: torch.Tensor) -> torch.Tensor:
+    """(B, T) index that moves each row's applied positions to its front, in order (a stable sort):
+    ``x.gather(1, order)`` holds a row's applied interactions left-aligned, as the serving path sees them.
+
+    >>> applied_first(torch.tensor([[True, False, True, False]])).tolist()
+    [[0, 2, 1, 3]]
+    """
+    return torch.argsort((~applied).to(torch.uint8), dim=1, stable=True)
 
 
 def step_starts(step_keys: Sequence[Any]) -> np.ndarray:

@@ -3,7 +3,8 @@
 The state after i interactions is the LSTM's (h, c). The prediction for
 position t reads h after the interactions before t's step and t's question
 embedding (item and concepts), so it can score any item, not only a skill
-vector's entry.
+vector's entry. A prediction request (no response) is predicted and never
+fed to the LSTM, in training as in serving.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from ktstream.data.histories import Histories, Interactions, Prepared, derived
+from ktstream.data.histories import Histories, Interactions, Prepared, applied_first, derived
 from ktstream.models.base import KTModel, State, gather_steps, where_state
 from ktstream.models.embeddings import InteractionEmbedding, QuestionEmbedding
 from ktstream.models.registry import register
@@ -51,18 +52,22 @@ class DKT(KTModel):
     def forward(self, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State]:
         B, T = histories.shape
         state = state if state is not None else self.init_state(B)
+        applied = histories.applied  # (B, T)
+        order = applied_first(applied).unsqueeze(-1)  # (B, T, 1)
         x = self.interaction(histories.items, histories.concepts, histories.responses)  # (B, T, D)
+        x = x.gather(1, order.expand_as(x))  # each row's applied interactions first: all the LSTM reads
         h0 = state["h"].transpose(0, 1).contiguous()  # (L, B, H)
         c0 = state["c"].transpose(0, 1).contiguous()
-        lengths = histories.mask.sum(1)
-        packed = pack_padded_sequence(x, lengths.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
+        counts = applied.sum(1)
+        packed = pack_padded_sequence(x, counts.clamp(min=1).cpu(), batch_first=True, enforce_sorted=False)
         out, (hn, cn) = self.lstm(packed, (h0, c0))
         out, _ = pad_packed_sequence(out, batch_first=True, total_length=T)  # (B, T, H)
-        prefix = torch.cat([h0[-1].unsqueeze(1), out], dim=1)  # (B, T+1, H): after 0..T interactions
-        h_at = gather_steps(prefix, histories.step_start)  # (B, T, H)
+        prefix = torch.cat([h0[-1].unsqueeze(1), out], dim=1)  # (B, T+1, H): after 0..T applied interactions
+        before = applied.long().cumsum(1) - applied.long()  # (B, T) applied interactions before each position
+        h_at = gather_steps(prefix, before.gather(1, histories.step_start))  # (B, T, H): as of t's step start
         log_probs = self._head(h_at, self.question(histories.items, histories.concepts))
         final = {"h": hn.transpose(0, 1), "c": cn.transpose(0, 1)}  # (B, L, H)
-        return log_probs, where_state(lengths > 0, final, state)
+        return log_probs, where_state(counts > 0, final, state)
 
     # -- serving path ----------------------------------------------------
     def init_state(self, batch_size: int) -> State:

@@ -102,6 +102,7 @@ class DKVMN(KTModel):
         memory = state["memory"] if state is not None else self.value0.unsqueeze(0).expand(B, -1, -1)
         key, weights = self._address(histories.items, histories.concepts)  # (B, T, Dk), (B, T, N)
         value = self.interaction(histories.items, histories.concepts, histories.responses)  # (B, T, Dv)
+        applied = histories.applied  # (B, T): a prediction request writes nothing, as in serving
         at_step_start = memory
         reads = []
         for t in range(T):
@@ -109,7 +110,7 @@ class DKVMN(KTModel):
             at_step_start = torch.where(new_step.view(B, 1, 1), memory, at_step_start)
             reads.append(self._read(weights[:, t], at_step_start))
             written = self._write(memory, weights[:, t], value[:, t])
-            memory = torch.where(histories.mask[:, t].view(B, 1, 1), written, memory)
+            memory = torch.where(applied[:, t].view(B, 1, 1), written, memory)
         read = torch.stack(reads, dim=1)  # (B, T, Dv)
         return self._log_probs(read, key), {"memory": memory}
 

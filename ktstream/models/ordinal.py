@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ktstream.data.histories import Histories, Interactions
+from ktstream.data.histories import Histories, Interactions, applied_first
 from ktstream.models.base import State
 from ktstream.models.dkvmn import DKVMN
 from ktstream.models.ordinal_embeddings import RESPONSE_EMBEDDINGS, CausalRefiner, OrdinalInteractionEmbedding
@@ -212,11 +212,21 @@ class OrdinalDKVMN(DKVMN):
         return self.head(self.drop(summary), key, None if anchor is None else self.drop(anchor))
 
     def _values(self, x: torch.Tensor, valid: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
-        """Raw interaction embeddings (B, T, Dv) -> values to write, and the refiner's new cache."""
+        """Raw interaction embeddings (B, T, Dv), ``valid`` a prefix -> values to write, and the refiner's new cache."""
         if self.refiner is None:
             return x, {}
         refined, cache, cache_valid = self.refiner(x, valid, state["cache"], state["cache_valid"])
         return refined, {"cache": cache, "cache_valid": cache_valid}
+
+    def _applied_values(self, x: torch.Tensor, applied: torch.Tensor, state: State) -> tuple[torch.Tensor, State]:
+        """``_values`` of the positions ``applied`` (B, T) alone, as serving writes them: the refiner
+        reads a row's applied interactions only, never a prediction request between them."""
+        if self.refiner is None:
+            return x, {}
+        order = applied_first(applied).unsqueeze(-1).expand_as(x)  # (B, T, Dv)
+        prefix = torch.arange(x.shape[1], device=x.device) < applied.sum(1, keepdim=True)  # (B, T)
+        refined, cache = self._values(x.gather(1, order), prefix, state)
+        return torch.zeros_like(refined).scatter(1, order, refined), cache  # back to each row's positions
 
     # -- training path ---------------------------------------------------
     def forward(self, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State]:
@@ -225,7 +235,8 @@ class OrdinalDKVMN(DKVMN):
             state = self.init_state(B) | {"memory": self.value0.unsqueeze(0).expand(B, -1, -1)}
         key, weights = self._address(histories.items, histories.concepts)  # (B, T, Dk), (B, T, N)
         raw = self.interaction(histories.items, histories.concepts, histories.responses)  # (B, T, Dv)
-        value, cache = self._values(raw, histories.mask, state)
+        applied = histories.applied  # (B, T): a prediction request writes nothing, as in serving
+        value, cache = self._applied_values(raw, applied, state)
         memory = at_step_start = state["memory"]  # (B, N, Dv)
         reads = []
         for t in range(T):
@@ -233,7 +244,7 @@ class OrdinalDKVMN(DKVMN):
             at_step_start = torch.where(new_step.view(B, 1, 1), memory, at_step_start)
             reads.append(self._read(weights[:, t], at_step_start))
             written = self._write(memory, weights[:, t], value[:, t])
-            memory = torch.where(histories.mask[:, t].view(B, 1, 1), written, memory)
+            memory = torch.where(applied[:, t].view(B, 1, 1), written, memory)
         read = torch.stack(reads, dim=1)  # (B, T, Dv)
         return self._head(read, weights, key), {"memory": memory} | cache
 

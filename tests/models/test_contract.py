@@ -1,12 +1,16 @@
 """The contract every registered model family must pass (the River test_estimators idea):
-train/serve equivalence, causality, batch independence, step semantics, state carry-over."""
+train/serve equivalence, causality, batch independence, step semantics, state carry-over.
+
+Histories hold prediction requests (positions without a response, ``NO_RESPONSE``), as the event
+schema allows: both paths predict them and apply nothing."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
-from ktstream.data.histories import collate
+from ktstream.data.histories import NO_RESPONSE, collate
 from ktstream.models import create, family, names, split_state, stack_states
 from ktstream.models.serving import replay
 
@@ -21,6 +25,22 @@ def build(name: str, n_categories: int = 2, seed: int = 0):
     return model.eval()
 
 
+def with_requests(made, share: float = 0.15, seed: int = 0):
+    """``make_histories``' (learners, histories) with a ``share`` of the positions turned into
+    prediction requests (no response), the first position of each learner among them."""
+    learners, _ = made
+    rng = np.random.default_rng(seed)
+    for h in learners:
+        h.responses = np.where(rng.random(len(h)) < share, NO_RESPONSE, h.responses)
+        h.responses[0] = NO_RESPONSE
+    return learners, collate(learners)
+
+
+def flipped(responses: torch.Tensor) -> torch.Tensor:
+    """Every response changed (0 <-> 1, K=2); requests stay requests."""
+    return torch.where(responses >= 0, 1 - responses, responses)
+
+
 def horizon(model) -> int:
     """A length beyond the model's window, so the tests cross it."""
     field = model.receptive_field()
@@ -32,7 +52,8 @@ def horizon(model) -> int:
 def test_serving_matches_training(name, K, make_histories):
     model = build(name, K)
     T = horizon(model)
-    _, hist = make_histories([T, 1, T // 2, T - 1], N_ITEMS, N_CONCEPTS, K, seed=1)
+    _, hist = with_requests(make_histories([T, 1, T // 2, T - 1], N_ITEMS, N_CONCEPTS, K, seed=1))
+    assert bool(((hist.responses == NO_RESPONSE) & hist.mask).any())
     with torch.no_grad():
         batch_log_probs, batch_state = model(hist)
     served, served_state = replay(model, hist)
@@ -49,29 +70,33 @@ def test_serving_matches_training(name, K, make_histories):
 def test_prediction_ignores_current_and_future(name, make_histories):
     model = build(name)
     T = horizon(model)
-    learners, hist = make_histories([T, T], N_ITEMS, N_CONCEPTS, 2, seed=2, step_prob=0.0)
+    learners, hist = with_requests(make_histories([T, T], N_ITEMS, N_CONCEPTS, 2, seed=2, step_prob=0.0))
     with torch.no_grad():
         base, _ = model(hist)
         for t in [0, 1, T // 3, T - 1]:
-            changed = hist.replace(responses=hist.responses.clone(), items=hist.items.clone(),
-                                   times=hist.times.clone())
-            changed.responses[:, t:] = 1 - changed.responses[:, t:]
-            changed.items[:, t + 1:] = (changed.items[:, t + 1:] + 7) % (N_ITEMS - 2) + 2
-            changed.times[:, t + 1:] += 3600.0
-            out, _ = model(changed)
-            assert torch.allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-6), \
-                f"{name}: prediction at or before {t} moved when position {t}'s response or later changed"
+            for answered in (False, True):  # t's response changed, or t turned from request to answer and back
+                changed = hist.replace(responses=hist.responses.clone(), items=hist.items.clone(),
+                                       times=hist.times.clone())
+                changed.responses[:, t:] = flipped(changed.responses[:, t:])
+                if answered:
+                    r = hist.responses[:, t]
+                    changed.responses[:, t] = torch.where(r >= 0, NO_RESPONSE, 1)
+                changed.items[:, t + 1:] = (changed.items[:, t + 1:] + 7) % (N_ITEMS - 2) + 2
+                changed.times[:, t + 1:] += 3600.0
+                out, _ = model(changed)
+                assert torch.allclose(out[:, : t + 1], base[:, : t + 1], atol=1e-6), \
+                    f"{name}: prediction at or before {t} moved when position {t}'s response or later changed"
 
 
 @pytest.mark.parametrize("name", names())
 def test_step_members_do_not_see_each_other(name, make_histories):
     model = build(name)
-    learners, hist = make_histories([40, 40], N_ITEMS, N_CONCEPTS, 2, seed=3, step_prob=0.5)
+    learners, hist = with_requests(make_histories([40, 40], N_ITEMS, N_CONCEPTS, 2, seed=3, step_prob=0.5))
     ss = hist.step_start[0]
     t = int(next(i for i in range(1, 40) if ss[i] < i))  # a position inside a multi-interaction step
     start = int(ss[t])
     changed = hist.replace(responses=hist.responses.clone())
-    changed.responses[:, start:t] = 1 - changed.responses[:, start:t]
+    changed.responses[:, start:t] = flipped(changed.responses[:, start:t])
     with torch.no_grad():
         a, _ = model(hist)
         b, _ = model(changed)
@@ -81,8 +106,8 @@ def test_step_members_do_not_see_each_other(name, make_histories):
 @pytest.mark.parametrize("name", names())
 def test_batch_mates_change_nothing(name, make_histories):
     model = build(name)
-    learners, _ = make_histories([50, 20, 35], N_ITEMS, N_CONCEPTS, 2, seed=4)
-    others, _ = make_histories([80, 3], N_ITEMS, N_CONCEPTS, 2, seed=5)
+    learners, _ = with_requests(make_histories([50, 20, 35], N_ITEMS, N_CONCEPTS, 2, seed=4))
+    others, _ = with_requests(make_histories([80, 3], N_ITEMS, N_CONCEPTS, 2, seed=5), share=0.3)
     with torch.no_grad():
         alone, _ = model(collate(learners[:1]))
         mixed, _ = model(collate([others[0], learners[0], others[1]]))
@@ -182,7 +207,7 @@ def test_states_kept_in_the_models_memory_stack_as_plain_ones_and_free_it(name, 
 @pytest.mark.parametrize("name", [n for n in names() if family(n).carries_state])
 def test_chunked_forward_with_carried_state_equals_full(name, make_histories):
     model = build(name)
-    _, hist = make_histories([60, 60, 60], N_ITEMS, N_CONCEPTS, 2, seed=7, step_prob=0.0)
+    _, hist = with_requests(make_histories([60, 60, 60], N_ITEMS, N_CONCEPTS, 2, seed=7, step_prob=0.0))
     with torch.no_grad():
         full, full_state = model(hist)
         first, state = model(hist.window(0, 25))

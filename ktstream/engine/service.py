@@ -39,8 +39,12 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
     attach, extra, processor_cls = None, {}, Processor
     if settings.state.dir is not None or store is not None:
         from ktstream.state.changelog import ChangelogProcessor
+        from ktstream.state.sqlite import SqliteStore
         from ktstream.state.wiring import durable
 
+        if store is None:  # damaged partition files are moved aside and counted (ktstream.state.sqlite)
+            store = SqliteStore(settings.state.dir, settings.state.fp16,
+                                on_quarantine=lambda tp, moved_to: metrics.stores_quarantined.inc())
         store, extra["changelog"], attach = durable(settings, metrics, source, sink, store)
         processor_cls = ChangelogProcessor
     processor = processor_cls(runner, StateCache(e.cache_max_bytes, store), k.topics.predictions,

@@ -2,18 +2,39 @@
 
 See ktstream.state.store for why SQLite, and for the contract (``MemoryStore``
 is its in-memory twin; both pass tests/state/).
+
+A partition's file is checked when it is opened (``PRAGMA quick_check``: every
+page and index, no row-by-row comparison). A file that is not a database or
+has damaged pages is moved aside, with its ``-wal`` / ``-shm``, to
+``<name>.corrupt-<UTC time>`` (an error in the log, ``on_quarantine`` called:
+the engine counts ``ktstream_state_stores_quarantined_total``), and an empty
+store takes its place: offset -1, changelog checkpoint 0, so the restore on
+assignment rebuilds the partition from its whole changelog.
+
+A write that fails (a full disk, a damaged page met later) raises `StoreError`
+with SQLite's own reason; the partition's transaction is rolled back (SQLite
+may already have done so itself) and nothing of it is written.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 from ktstream.engine.learner import LearnerState
 from ktstream.engine.records import TopicPartition
 from ktstream.state import codec
-from ktstream.state.store import _INSERT, _SCHEMA, _by_partition
+from ktstream.state.store import _INSERT, _SCHEMA, StoreError, _by_partition, _encode
+
+log = logging.getLogger(__name__)
+
+#: SQLite's result codes for a file that is not a sound database (anything else, e.g. a locked or
+#: unwritable file, is an operational error and never moves a store aside).
+CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+SIDE_FILES = ("", "-wal", "-shm", "-journal")
 
 
 def partition_path(directory: str | Path, tp: TopicPartition) -> Path:
@@ -29,24 +50,66 @@ def connect(path: str | Path) -> sqlite3.Connection:
     return conn
 
 
+def check(conn: sqlite3.Connection) -> None:
+    """Raise sqlite3.DatabaseError (SQLITE_CORRUPT) unless ``PRAGMA quick_check`` finds the file sound."""
+    problems = [row[0] for row in conn.execute("PRAGMA quick_check(5)")]
+    if problems != ["ok"]:
+        exc = sqlite3.DatabaseError("; ".join(problems))
+        exc.sqlite_errorname = "SQLITE_CORRUPT"
+        raise exc
+
+
+def quarantine(path: Path) -> Path:
+    """Move a damaged database and its side files to ``<name>.corrupt-<UTC time>``; the new main path."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f"{time.time() % 1:.6f}"[1:]
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}Z")
+    for suffix in SIDE_FILES:
+        src = Path(f"{path}{suffix}")
+        if src.exists():
+            src.rename(f"{aside}{suffix}")
+    return aside
+
+
 class SqliteStore:
-    def __init__(self, directory: str | Path, fp16: bool = False):
+    def __init__(self, directory: str | Path, fp16: bool = False,
+                 on_quarantine: Callable[[TopicPartition, Path], None] | None = None):
+        """``on_quarantine(tp, moved_to)``: told of each damaged file moved aside (the engine counts them)."""
         self.directory, self.fp16 = Path(directory), fp16
         self.directory.mkdir(parents=True, exist_ok=True)
+        self.on_quarantine = on_quarantine or (lambda tp, moved_to: None)
         self._conns: dict[TopicPartition, sqlite3.Connection] = {}
 
     def open(self, tp: TopicPartition) -> int:
         """Open (or create) a partition's database; the input offset it reflects (-1: none yet)."""
         if tp not in self._conns:
-            self._conns[tp] = connect(partition_path(self.directory, tp))
+            self._conns[tp] = self._connect(tp)
         return self.offset(tp)
+
+    def _connect(self, tp: TopicPartition) -> sqlite3.Connection:
+        """A checked connection; a damaged file is moved aside and replaced by an empty store."""
+        path = partition_path(self.directory, tp)
+        conn = None
+        try:
+            conn = connect(path)
+            check(conn)
+            return conn
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorname", None) not in CORRUPT:
+                raise StoreError(f"cannot open the state store {path}: {exc}") from exc
+            if conn is not None:
+                conn.close()
+            aside = quarantine(path)
+            log.error("state store %s is damaged (%s): moved aside to %s; partition %s starts empty and is "
+                      "rebuilt from its changelog", path, exc, aside, tp)
+            self.on_quarantine(tp, aside)
+            return connect(path)
 
     def offset(self, tp: TopicPartition) -> int:
         conn = self._conns.get(tp)
         if conn is None:
             if not partition_path(self.directory, tp).exists():
                 return -1
-            conn = self._conns[tp] = connect(partition_path(self.directory, tp))
+            conn = self._conns[tp] = self._connect(tp)
         row = conn.execute("SELECT next_offset FROM offsets WHERE topic=? AND part=?", tp).fetchone()
         return -1 if row is None else int(row[0])
 
@@ -60,8 +123,12 @@ class SqliteStore:
         return sorted(self._conns)
 
     def load(self, learner_id: str) -> LearnerState | None:
-        for conn in self._conns.values():
-            row = conn.execute("SELECT * FROM learners WHERE learner_id=?", (learner_id,)).fetchone()
+        for tp, conn in self._conns.items():
+            try:
+                row = conn.execute("SELECT * FROM learners WHERE learner_id=?", (learner_id,)).fetchone()
+            except sqlite3.Error as exc:
+                raise StoreError(f"cannot read learner {learner_id!r} from {partition_path(self.directory, tp)}: "
+                                 f"{exc}") from exc
             if row is not None:
                 return codec.decode(dict(row))
         return None
@@ -73,10 +140,10 @@ class SqliteStore:
         for tp, group in _by_partition(states, offsets).items():
             conn = self._conns.get(tp)
             assert conn is not None, f"partition {tp} is not open in this store"
-            conn.execute("BEGIN IMMEDIATE")
             try:
+                conn.execute("BEGIN IMMEDIATE")
                 for st in group:
-                    row = codec.encode(st, self.fp16)
+                    row = _encode(st, self.fp16)
                     conn.execute(_INSERT, [row[c] for c in codec.COLUMNS])
                 if tp in offsets:
                     conn.execute("INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)", (tp[0], tp[1], offsets[tp]))
@@ -84,8 +151,12 @@ class SqliteStore:
                     conn.execute("INSERT INTO changelog VALUES (?, ?, ?) ON CONFLICT (topic, part) DO UPDATE SET "
                                  "next_offset = MAX(next_offset, excluded.next_offset)", (tp[0], tp[1], changelog[tp]))
                 conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                _roll_back(conn)
+                raise StoreError(f"cannot write {len(group)} learner states of partition {tp} to "
+                                 f"{partition_path(self.directory, tp)}: {exc}") from exc
             except BaseException:
-                conn.execute("ROLLBACK")
+                _roll_back(conn)
                 raise
 
     def learners(self, tp: TopicPartition) -> Iterator[LearnerState]:
@@ -110,3 +181,12 @@ class SqliteStore:
 
     def close(self) -> None:
         self.drop_partitions(list(self._conns))
+
+
+def _roll_back(conn: sqlite3.Connection) -> None:
+    """Roll back the open transaction, if SQLite has not already (it does on a full disk, for one)."""
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error as exc:  # the write's own error is the one to report
+            log.warning("rollback failed: %s", exc)

@@ -27,7 +27,14 @@ from typing import Any, Iterator
 
 from ktstream.engine.learner import LearnerState
 from ktstream.engine.records import TopicPartition
+from ktstream.exceptions import KTStreamError
 from ktstream.state import codec
+
+
+class StoreError(KTStreamError):
+    """A write (or read) the local store could not do: a learner that cannot be encoded, a full disk,
+    a damaged file. A failed ``write`` changed nothing in the partition it names."""
+
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS learners (learner_id TEXT PRIMARY KEY, blob BLOB NOT NULL, model_version TEXT,
@@ -46,6 +53,13 @@ def _by_partition(states: list[LearnerState], offsets: dict[TopicPartition, int]
         assert st.partition is not None, f"learner {st.learner_id!r} has no partition: cannot store it"
         groups.setdefault(st.partition, []).append(st)
     return groups
+
+
+def _encode(st: LearnerState, fp16: bool) -> dict[str, Any]:
+    try:
+        return codec.encode(st, fp16)
+    except Exception as exc:  # noqa: BLE001  (whatever a malformed state raises: one error at the boundary)
+        raise StoreError(f"cannot encode learner {st.learner_id!r}: {type(exc).__name__}: {exc}") from exc
 
 
 class MemoryStore:
@@ -87,7 +101,7 @@ class MemoryStore:
         for tp, group in _by_partition(states, offsets).items():
             assert tp in self._open, f"partition {tp} is not open in this store"
             rows = dict(self._rows[tp])
-            rows.update((st.learner_id, codec.encode(st, self.fp16)) for st in group)
+            rows.update((st.learner_id, _encode(st, self.fp16)) for st in group)
             staged[tp] = rows
         for tp, rows in staged.items():
             self._rows[tp] = rows

@@ -8,6 +8,7 @@ import torch
 from ktstream.engine.learner import LearnerState
 from ktstream.engine.state_cache import StateCache
 from ktstream.state import MemoryStore, SqliteStore
+from ktstream.state.store import StoreError
 
 P0, P1 = ("ev", 0), ("ev", 1)
 
@@ -58,7 +59,7 @@ def test_write_is_atomic_per_partition(make_store):
     s.write([learner("a", offset=3)], {P0: 4})
     broken = learner("b", seed=5)
     broken.state = {"h": "not a tensor"}  # encoding fails mid-write
-    with pytest.raises(Exception):
+    with pytest.raises(StoreError, match="cannot encode learner 'b'"):
         s.write([learner("a", offset=10, seed=1), broken], {P0: 12})
     assert s.offset(P0) == 4 and s.load("b") is None
     same(s.load("a"), learner("a", offset=3))
@@ -107,7 +108,7 @@ def test_changelog_checkpoint_is_written_with_the_rows_and_never_goes_back(make_
     assert s.changelog_offset(P0) == 17
     broken = learner("b", seed=5)
     broken.state = {"h": "not a tensor"}
-    with pytest.raises(Exception):
+    with pytest.raises(StoreError, match="cannot encode learner 'b'"):
         s.write([broken], {P0: 9}, {P0: 30})  # all or nothing: the checkpoint too
     assert s.changelog_offset(P0) == 17
     s.close()

@@ -68,6 +68,9 @@ class EngineSettings(_Section):
     poll_timeout_ms: int = Field(50, ge=0)
     flush_timeout_s: float = Field(30.0, gt=0)
     late_policy: Literal["dead-letter", "apply"] = "dead-letter"
+    max_clock_skew_s: float = Field(300.0, ge=0, description="events timed more than this after the engine's "
+                                    "clock are dead-lettered (reason future): applied, one would make every later "
+                                    "event of its learner late")
     max_record_bytes: int = Field(65_536, ge=256)
     cache_max_bytes: int = Field(512 * 2**20, ge=2**16)
     torch_threads: int = Field(1, ge=1)

@@ -2,7 +2,10 @@
 
 Events are validated strictly at the edge: unknown fields, wrong types and
 out-of-range values are rejected with a message a person can act on, and the
-caller dead-letters the original bytes (invariant 6).
+caller dead-letters the original bytes (invariant 6). The bounds below hold
+for every consumer of events (engine, archiver, trainer, converters): an
+event that validates fits the archive's Parquet columns and every datetime
+computation, so no later stage can fail on it.
 
 >>> e = Event.model_validate({"event_id": "e1", "learner_id": "u1", "item_id": "q7",
 ...                           "concept_ids": ["fractions"], "response": 1,
@@ -16,19 +19,69 @@ True
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-MAX_ID_LENGTH = 256
+#: Most UTF-8 bytes of each id (event, learner, item, step, and each concept id).
+MAX_ID_BYTES = 256
+#: Most concept ids on one event.
 MAX_CONCEPTS = 64
+#: Largest ``seq`` and ``elapsed_ms``: the archive stores them as int64.
+MAX_INT64 = 2**63 - 1
+#: Deepest nesting of ``attributes`` (the object itself is depth 1).
+MAX_ATTRIBUTES_DEPTH = 8
+#: Most bytes of ``attributes`` written as compact JSON.
+MAX_ATTRIBUTES_BYTES = 16_384
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+#: The event-time range, in epoch milliseconds (UTC years 1..9999, the range of a datetime).
+MIN_EVENT_TIME_MS = (datetime(1, 1, 1, tzinfo=timezone.utc) - _EPOCH) // timedelta(milliseconds=1)
+MAX_EVENT_TIME_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.utc) - _EPOCH) // timedelta(
+    milliseconds=1)
 
 
 def _epoch_ms(value: datetime) -> int:
     if value.tzinfo is None:
         raise ValueError("event_time must carry a time zone (RFC 3339, e.g. 2024-05-01T10:00:00Z)")
     return int(round(value.timestamp() * 1000))
+
+
+def _within_depth(value: Any, limit: int) -> bool:
+    """Whether JSON-like ``value`` nests at most ``limit`` containers deep (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children = node.values()
+        elif isinstance(node, (list, tuple)):
+            children = node
+        else:
+            continue
+        if depth > limit:
+            return False
+        stack.extend((child, depth + 1) for child in children)
+    return True
+
+
+def check_id(value: str, what: str, min_bytes: int = 1) -> str:
+    """``value`` if it is ``min_bytes``..MAX_ID_BYTES bytes of UTF-8, else a ValueError naming ``what``.
+
+    >>> check_id("é" * 128, "item_id")[:2]
+    'éé'
+    >>> check_id("é" * 129, "item_id")
+    Traceback (most recent call last):
+    ValueError: item_id must be 1..256 bytes of UTF-8, got 258
+    """
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{what} is not valid Unicode text: {exc.reason}") from None
+    if not min_bytes <= size <= MAX_ID_BYTES:
+        raise ValueError(f"{what} must be {min_bytes}..{MAX_ID_BYTES} bytes of UTF-8, got {size}")
+    return value
 
 
 class Event(BaseModel):
@@ -43,17 +96,20 @@ class Event(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
-    event_id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
-    learner_id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
-    item_id: str = Field(min_length=1, max_length=MAX_ID_LENGTH)
-    concept_ids: list[str] = Field(default_factory=list, max_length=MAX_CONCEPTS)
+    event_id: str = Field(min_length=1, max_length=MAX_ID_BYTES, description="at most 256 bytes of UTF-8")
+    learner_id: str = Field(min_length=1, max_length=MAX_ID_BYTES, description="at most 256 bytes of UTF-8")
+    item_id: str = Field(min_length=1, max_length=MAX_ID_BYTES, description="at most 256 bytes of UTF-8")
+    concept_ids: list[str] = Field(default_factory=list, max_length=MAX_CONCEPTS,
+                                   description="each 1..256 bytes of UTF-8")
     response: int | None = Field(default=None, ge=0, le=255,
                                  description="ordered category 0..K-1; absent = prediction request")
-    event_time: datetime | None = Field(default=None, description="RFC 3339 or epoch milliseconds")
-    seq: int | None = Field(default=None, ge=0, description="source order within the learner")
-    step_id: str | None = Field(default=None, max_length=MAX_ID_LENGTH)
-    elapsed_ms: int | None = Field(default=None, ge=0)
-    attributes: dict[str, Any] = Field(default_factory=dict)
+    event_time: datetime | None = Field(default=None, description="RFC 3339 or epoch milliseconds, within UTC "
+                                                                  "years 1..9999")
+    seq: int | None = Field(default=None, ge=0, le=MAX_INT64, description="source order within the learner")
+    step_id: str | None = Field(default=None, max_length=MAX_ID_BYTES)
+    elapsed_ms: int | None = Field(default=None, ge=0, le=MAX_INT64)
+    attributes: dict[str, Any] = Field(default_factory=dict, description="free-form JSON object, at most 8 deep "
+                                                                         "and 16384 bytes")
 
     @field_validator("response", "seq", "elapsed_ms", mode="before")
     @classmethod
@@ -70,30 +126,60 @@ class Event(BaseModel):
         if isinstance(v, bool):
             raise ValueError("event_time must be RFC 3339 text or epoch milliseconds")
         if isinstance(v, (int, float)):
-            if not 0 <= v < 10**14:
-                raise ValueError("event_time in epoch milliseconds is out of range: %r" % (v,))
-            return datetime.fromtimestamp(v / 1000.0, tz=timezone.utc)
+            if not MIN_EVENT_TIME_MS <= v <= MAX_EVENT_TIME_MS:  # NaN fails too
+                raise ValueError(f"event_time in epoch milliseconds must be in {MIN_EVENT_TIME_MS}.."
+                                 f"{MAX_EVENT_TIME_MS} (UTC years 1..9999), got {v!r}")
+            return _EPOCH + timedelta(milliseconds=v)
         if isinstance(v, str):
             try:
                 parsed = datetime.fromisoformat(v.replace("Z", "+00:00"))
             except ValueError as exc:
-                raise ValueError("event_time %r is not RFC 3339 (e.g. 2024-05-01T10:00:00Z)" % v) from exc
+                raise ValueError("event_time %r is not RFC 3339 (e.g. 2024-05-01T10:00:00Z)" % v[:64]) from exc
             return parsed
         raise ValueError("event_time must be RFC 3339 text or epoch milliseconds")
 
     @field_validator("event_time")
     @classmethod
-    def _aware(cls, v: datetime | None) -> datetime | None:
+    def _aware_and_in_range(cls, v: datetime | None) -> datetime | None:
         if v is not None:
             _epoch_ms(v)
+            try:
+                v.astimezone(timezone.utc)
+            except (OverflowError, ValueError):
+                raise ValueError(f"event_time {v.isoformat()} falls outside UTC years 1..9999 once its offset "
+                                 f"is applied") from None
         return v
+
+    @field_validator("event_id", "learner_id", "item_id")
+    @classmethod
+    def _id_bytes(cls, v: str, info: ValidationInfo) -> str:
+        return check_id(v, info.field_name)
+
+    @field_validator("step_id")
+    @classmethod
+    def _step_bytes(cls, v: str | None) -> str | None:
+        return v if v is None else check_id(v, "step_id", min_bytes=0)
 
     @field_validator("concept_ids")
     @classmethod
     def _concepts(cls, v: list[str]) -> list[str]:
         for c in v:
-            if not c or len(c) > MAX_ID_LENGTH:
-                raise ValueError("each concept id must be 1..%d characters" % MAX_ID_LENGTH)
+            check_id(c, "each concept id")
+        return v
+
+    @field_validator("attributes", mode="before")
+    @classmethod
+    def _bounded_attributes(cls, v: Any) -> Any:
+        if not isinstance(v, dict):
+            return v  # pydantic names the type error
+        if not _within_depth(v, MAX_ATTRIBUTES_DEPTH):
+            raise ValueError(f"attributes nest deeper than {MAX_ATTRIBUTES_DEPTH} levels")
+        try:
+            size = len(orjson.dumps(v))
+        except orjson.JSONEncodeError as exc:
+            raise ValueError(f"attributes are not JSON: {exc}") from None
+        if size > MAX_ATTRIBUTES_BYTES:
+            raise ValueError(f"attributes are {size} bytes of JSON; the limit is {MAX_ATTRIBUTES_BYTES}")
         return v
 
     @property

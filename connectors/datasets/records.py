@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from connectors.datasets.exceptions import DatasetFormatError
-from ktstream.schema import MAX_CONCEPTS, MAX_ID_LENGTH
+from ktstream.schema import MAX_CONCEPTS, MAX_ID_BYTES
 
 PathLike = str | os.PathLike
 
@@ -47,12 +47,12 @@ def event_record(event_id: str, learner_id: str, item_id: str, concept_ids: list
 
 
 def fit_id(value: str, stats: Any | None = None) -> str:
-    """Return `value` if it fits the schema's id length, else a stable shortened id.
+    """Return `value` if it fits the schema's id size, else a stable shortened id.
 
     Some sources use long descriptions as ids (Cognitive Tutor KC names reach
-    660 characters) while the event schema caps ids at 256 characters. A long
-    id keeps its first characters, so it stays readable, and ends in a hash of
-    the whole text, so distinct ids stay distinct. The full text of every
+    660 characters) while the event schema caps ids at 256 bytes of UTF-8. A
+    long id keeps its first characters, so it stays readable, and ends in a hash
+    of the whole text, so distinct ids stay distinct. The full text of every
     shortened id is kept in ``stats.notes["shortened_ids"]``.
 
     >>> fit_id("short")
@@ -60,11 +60,14 @@ def fit_id(value: str, stats: Any | None = None) -> str:
     >>> long = fit_id("x" * 300)
     >>> len(long), long[:3], long[-17]
     (256, 'xxx', '#')
+    >>> len(fit_id("é" * 200).encode())
+    255
     """
-    if len(value) <= MAX_ID_LENGTH:
+    encoded = value.encode("utf-8")
+    if len(encoded) <= MAX_ID_BYTES:
         return value
-    digest = hashlib.sha1(value.encode("utf-8")).hexdigest()[:16]
-    short = value[:MAX_ID_LENGTH - 17] + "#" + digest
+    digest = hashlib.sha1(encoded).hexdigest()[:16]
+    short = encoded[:MAX_ID_BYTES - 17].decode("utf-8", errors="ignore") + "#" + digest  # a cut character dropped
     if stats is not None:
         stats.notes.setdefault("shortened_ids", {})[short] = value
     return short

@@ -3,8 +3,10 @@
 The file's ``kafka`` section is ``ktstream.config.KafkaSettings`` (bootstrap
 servers, topics, security); its ``archive`` section is
 ``connectors.archive.ArchiveSettings`` (folder, own consumer group, flush
-every N records or T seconds). Offsets are committed only after a flush is
-durable. Runs until SIGTERM / SIGINT (or ``--max-seconds``), then flushes.
+every N records or T seconds, its dead-letter topic). Every record becomes an
+archived row or a dead letter (invalid, keyless, future, or unwritable
+records); offsets are committed only after both are durable. Runs until
+SIGTERM / SIGINT (or ``--max-seconds``), then flushes.
 """
 
 from __future__ import annotations
@@ -40,5 +42,6 @@ def run(args) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    log.info("archived %d events (%d invalid records skipped)", archiver.writer.written, archiver.writer.skipped)
+    log.info("archived %d events (%d records dead-lettered to %s: %s)", archiver.writer.written,
+             archiver.writer.skipped, settings.dead_letter_topic, dict(archiver.dead_lettered))
     return 0

@@ -2,7 +2,9 @@
 
 Records are the plain dicts of `Event.to_record()`: event_time in epoch
 milliseconds (absent when the source has no clock), `seq` the source order.
-Writers stream; readers return records in file order.
+Writers stream; readers return records in file order. ``parquet_row`` checks
+one record against the Parquet columns, so a writer that must not fail on one
+bad record (the archiver) can set that record aside before writing a file.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from ktstream.exceptions import KTStreamError
 from ktstream.schema import Event
 
 PARQUET_SCHEMA = pa.schema([
@@ -29,6 +33,41 @@ PARQUET_SCHEMA = pa.schema([
     ("attributes", pa.string()),  # JSON text: free-form per source
 ])
 _COLUMNS = [f.name for f in PARQUET_SCHEMA]
+_TEXT = ("event_id", "learner_id", "item_id", "step_id")
+_INTS = {"response": 2**15, "event_time": 2**63, "seq": 2**63, "elapsed_ms": 2**63}  # column -> -bound..bound-1
+
+
+class EventLogError(KTStreamError):
+    """A record the event log's Parquet columns cannot hold."""
+
+
+def parquet_row(record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` as the Parquet columns hold it (attributes as JSON text), or EventLogError saying why not.
+
+    >>> parquet_row({"event_id": "e", "learner_id": "u", "item_id": "q", "attributes": {"a": 1}})["attributes"]
+    '{"a":1}'
+    >>> parquet_row({"event_id": "e", "learner_id": "u", "item_id": "q", "seq": 2**63})
+    Traceback (most recent call last):
+    ktstream.data.eventlog.EventLogError: seq 9223372036854775808 does not fit the int64 column
+    """
+    row = {c: record.get(c) for c in _COLUMNS}
+    for c in _TEXT:
+        if not isinstance(row[c], str) and (row[c] is not None or c != "step_id"):
+            raise EventLogError(f"{c} must be text, got {type(row[c]).__name__}")
+    for c, bound in _INTS.items():
+        v = row[c]
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or not -bound <= v < bound):
+            raise EventLogError(f"{c} {v!r} does not fit the int{bound.bit_length()} column")
+    concepts = row["concept_ids"] or []
+    if not isinstance(concepts, list) or not all(isinstance(c, str) for c in concepts):
+        raise EventLogError("concept_ids must be a list of text")
+    row["concept_ids"] = concepts
+    attributes = row["attributes"]
+    try:  # orjson stops at 254 levels of nesting with an error, never a RecursionError
+        row["attributes"] = orjson.dumps(attributes).decode() if attributes else None
+    except orjson.JSONEncodeError as exc:
+        raise EventLogError(f"attributes are not JSON: {exc}") from None
+    return row
 
 
 def sort_key(record: dict[str, Any]) -> tuple:
@@ -46,12 +85,14 @@ def write_jsonl(records: Iterable[dict[str, Any]], path: str | Path) -> int:
     return n
 
 
-def write_parquet(records: Iterable[dict[str, Any]], path: str | Path, chunk: int = 100_000) -> int:
+def write_parquet(records: Iterable[dict[str, Any]], path: str | Path, chunk: int = 100_000,
+                  rows: bool = False) -> int:
+    """Write records (or, with ``rows``, what ``parquet_row`` made of them); EventLogError on a bad record."""
     n = 0
     with pq.ParquetWriter(str(path), PARQUET_SCHEMA) as writer:
         buf: list[dict[str, Any]] = []
         for r in records:
-            buf.append(r)
+            buf.append(r if rows else parquet_row(r))
             if len(buf) >= chunk:
                 writer.write_table(_to_table(buf))
                 n += len(buf)
@@ -62,17 +103,8 @@ def write_parquet(records: Iterable[dict[str, Any]], path: str | Path, chunk: in
     return n
 
 
-def _to_table(records: list[dict[str, Any]]) -> pa.Table:
-    cols: dict[str, list] = {c: [] for c in _COLUMNS}
-    for r in records:
-        for c in _COLUMNS:
-            v = r.get(c)
-            if c == "attributes":
-                v = json.dumps(v) if v else None
-            elif c == "concept_ids" and v is None:
-                v = []
-            cols[c].append(v)
-    return pa.table(cols, schema=PARQUET_SCHEMA)
+def _to_table(rows: list[dict[str, Any]]) -> pa.Table:
+    return pa.table({c: [r[c] for r in rows] for c in _COLUMNS}, schema=PARQUET_SCHEMA)
 
 
 def write_events(records: Iterable[dict[str, Any]], path: str | Path) -> int:

@@ -5,8 +5,14 @@ whole stream, invariant 3), so wave i holds the i-th kept event of every
 learner in the batch and waves run one after another. Before that, each
 learner's events are screened in order:
 
-- duplicates (source offset at or below the last applied one on that
-  partition: a redelivery after a rebalance or a retried batch) are skipped;
+- redeliveries (source offset at or below the last applied one on that
+  partition: after a rebalance or a retried batch) are skipped: their
+  prediction or dead letter was committed the first time;
+- repeated events (the event id of the learner's last applied event, now at a
+  new offset: a producer that sent it twice) are rejected as duplicates
+  (reason ``duplicate``) without touching the state; the rule reads only the
+  learner's committed state and its events before in this micro-batch, so it
+  gives the same answer however the stream is cut into micro-batches;
 - late events (event time older than the latest applied one) follow the late
   policy: ``dead-letter`` rejects them (reason ``late``), ``apply`` keeps them
   with ``late=True`` on their prediction. Events without an event time are
@@ -22,6 +28,9 @@ learner's events are screened in order:
 >>> p = plan([ev("a", 0, 10), ev("b", 1, 10), ev("a", 2, 5), ev("a", 3, 20)], learners, "dead-letter")
 >>> [[x.decoded.record.offset for x in w] for w in p.waves], [d.record.offset for d in p.late]
 ([[0, 1], [3]], [2])
+>>> again = decode(Record("ev", 0, 4, b"a", b'{"event_id":"e3","learner_id":"a","item_id":"q","event_time":20}'), 10_000)
+>>> [d.record.offset for d in plan([ev("a", 3, 20), again], learners, "dead-letter").repeated]
+[4]
 """
 
 from __future__ import annotations
@@ -50,7 +59,8 @@ class Plan:
     waves: list[list[Planned]] = field(default_factory=list)
     late: list[Decoded] = field(default_factory=list)  # rejected as late (dead-letter policy)
     late_applied: int = 0
-    duplicates: list[Decoded] = field(default_factory=list)
+    duplicates: list[Decoded] = field(default_factory=list)  # redelivered offsets, skipped
+    repeated: list[Decoded] = field(default_factory=list)  # the last applied event id again, rejected
 
 
 def group_by_learner(decoded: list[Decoded]) -> dict[str, list[Decoded]]:
@@ -62,13 +72,13 @@ def group_by_learner(decoded: list[Decoded]) -> dict[str, list[Decoded]]:
 
 
 def plan(decoded: list[Decoded], learners: dict[str, LearnerState], late_policy: LatePolicy) -> Plan:
-    """Screen each learner's events (duplicates, lateness) and lay the kept ones out in waves."""
+    """Screen each learner's events (redeliveries, repeats, lateness) and lay the kept ones out in waves."""
     assert late_policy in LATE_POLICIES, f"late_policy must be one of {LATE_POLICIES}, got {late_policy!r}"
     result = Plan()
     kept: list[list[Planned]] = []
     for lid, events in group_by_learner(decoded).items():
         learner = learners[lid]
-        last_time, last_offset = learner.last_event_time_ms, dict()
+        last_time, last_id, last_offset = learner.last_event_time_ms, learner.last_event_id, dict()
         if learner.partition is not None:
             last_offset[learner.partition] = learner.last_offset
         seq: list[Planned] = []
@@ -77,13 +87,16 @@ def plan(decoded: list[Decoded], learners: dict[str, LearnerState], late_policy:
             if rec.offset <= last_offset.get(rec.tp, -1):
                 result.duplicates.append(d)
                 continue
+            if d.event.event_id == last_id:
+                result.repeated.append(d)
+                continue
             late = d.event_time_ms is not None and last_time is not None and d.event_time_ms < last_time
             if late and late_policy == "dead-letter":
                 result.late.append(d)
                 continue
             result.late_applied += int(late)
             seq.append(Planned(d, learner, late))
-            last_offset[rec.tp] = rec.offset
+            last_offset[rec.tp], last_id = rec.offset, d.event.event_id
             if d.event_time_ms is not None and (last_time is None or d.event_time_ms > last_time):
                 last_time = d.event_time_ms
         if seq:

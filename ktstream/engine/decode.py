@@ -2,9 +2,20 @@
 
 Checks run cheapest first: size, UTF-8 + JSON, a JSON object, the pydantic
 schema (`ktstream.schema.Event`: unknown fields, wrong types, out-of-range
-values), then the record key (a producer that keys an event by anything but
-its learner id breaks per-learner order, invariant 3). Every failure keeps the
-original bytes and names its category in ``reason``.
+values, ids over their byte limits, attributes nested too deep), then the
+record key, then the event time against the clock. Every failure keeps the
+original bytes and names its category in ``reason``:
+
+- ``oversized``: more bytes than the limit; ``invalid_json``: not UTF-8 JSON
+  (orjson: strict RFC 8259, nesting at most 1024 deep, never a RecursionError),
+  or not an object, or a tombstone; ``schema``: the event schema refused it;
+- ``missing_key``: a record without a key. Kafka spreads keyless records over
+  partitions, so one learner's events would land in several partitions (two
+  partition stores, duplicates undetectable): rejected, never re-keyed;
+- ``key_mismatch``: keyed by anything but its learner id (invariant 3);
+- ``future``: event time later than ``not_after_ms`` (the caller's clock plus
+  the allowed clock skew). Applied, it would make every later event of the
+  learner late.
 """
 
 from __future__ import annotations
@@ -17,8 +28,8 @@ import pydantic
 from ktstream.engine.records import Record
 from ktstream.schema import Event
 
-#: Dead-letter reason categories produced here (``late`` comes from the batcher).
-REASONS = ("oversized", "invalid_json", "schema", "key_mismatch")
+#: Dead-letter reason categories produced here (``late`` and ``duplicate`` come from the batcher).
+REASONS = ("oversized", "invalid_json", "schema", "missing_key", "key_mismatch", "future")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +50,8 @@ class Decoded:
     event_time_ms: int | None
 
 
-def decode(record: Record, max_bytes: int) -> Decoded | Rejected:
-    """Validate one record.
+def decode(record: Record, max_bytes: int, not_after_ms: int | None = None) -> Decoded | Rejected:
+    """Validate one record; with ``not_after_ms``, events timed after it are rejected as ``future``.
 
     >>> ok = decode(Record("ev", 0, 7, b"u1", b'{"event_id":"e","learner_id":"u1","item_id":"q"}'), 1024)
     >>> ok.event.learner_id, ok.event_time_ms
@@ -49,6 +60,11 @@ def decode(record: Record, max_bytes: int) -> Decoded | Rejected:
     'invalid_json'
     >>> decode(Record("ev", 0, 9, b"u1", b'{"event_id":"e","learner_id":"u1","item_id":"q","x":1}'), 1024).reason
     'schema'
+    >>> decode(Record("ev", 0, 10, None, b'{"event_id":"e","learner_id":"u1","item_id":"q"}'), 1024).reason
+    'missing_key'
+    >>> decode(Record("ev", 0, 11, b"u1", b'{"event_id":"e","learner_id":"u1","item_id":"q","event_time":9}'),
+    ...        1024, not_after_ms=8).reason
+    'future'
     """
     value = record.value
     if value is None:
@@ -65,10 +81,17 @@ def decode(record: Record, max_bytes: int) -> Decoded | Rejected:
         event = Event.model_validate(data)
     except pydantic.ValidationError as exc:
         return Rejected(record, "schema", _summarise(exc))
-    if record.key is not None and record.key != event.learner_id.encode():
+    if record.key is None:
+        return Rejected(record, "missing_key", f"record has no key; key it by its learner id "
+                        f"{event.learner_id!r} so the learner's events stay on one partition")
+    if record.key != event.learner_id.encode():
         return Rejected(record, "key_mismatch",
                         f"record key {record.key[:64]!r} is not the learner id {event.learner_id!r}")
-    return Decoded(record, event, event.event_time_ms)
+    time_ms = event.event_time_ms
+    if not_after_ms is not None and time_ms is not None and time_ms > not_after_ms:
+        return Rejected(record, "future", f"event time {time_ms} is {time_ms - not_after_ms} ms past the clock "
+                        f"plus the allowed skew ({not_after_ms})")
+    return Decoded(record, event, time_ms)
 
 
 def _summarise(exc: pydantic.ValidationError) -> str:

@@ -49,8 +49,10 @@ class Batch:
 
 class Processor:
     def __init__(self, runner: ModelRunner, cache: StateCache, predictions_topic: str, dead_letter_topic: str,
-                 late_policy: LatePolicy = "dead-letter", max_record_bytes: int = 65536, window: int = 200):
+                 late_policy: LatePolicy = "dead-letter", max_record_bytes: int = 65536, window: int = 200,
+                 max_clock_skew_s: float = 300.0):
         self.runner, self.cache = runner, cache
+        self.max_clock_skew_ms = int(max_clock_skew_s * 1000)  # later event times are dead-lettered as future
         self.predictions_topic, self.dead_letter_topic = predictions_topic, dead_letter_topic
         self.late_policy, self.max_record_bytes = late_policy, max_record_bytes
         self.window = window  # raw interactions kept per learner for rebuilding after a swap
@@ -79,7 +81,7 @@ class Processor:
         for rec in records:
             batch.offsets[rec.tp] = max(batch.offsets.get(rec.tp, 0), rec.offset + 1)
             batch.first_offsets[rec.tp] = min(batch.first_offsets.get(rec.tp, rec.offset), rec.offset)
-            d = decode(rec, self.max_record_bytes)
+            d = decode(rec, self.max_record_bytes, batch.received_ms + self.max_clock_skew_ms)
             if isinstance(d, Decoded) and d.event.response is not None \
                     and d.event.response >= self.runner.model.n_categories:
                 d = Rejected(rec, "schema", f"response: {d.event.response} is outside 0..."
@@ -93,6 +95,9 @@ class Processor:
         for d in planned.late:
             self._dead_letter(batch, d.record, "late", f"event time {d.event_time_ms} is older than the "
                               f"learner's last applied event ({learners[d.event.learner_id].last_event_time_ms})")
+        for d in planned.repeated:
+            self._dead_letter(batch, d.record, "duplicate", f"event id {d.event.event_id!r} is the learner's "
+                              f"last applied event's: delivered again, it is not applied twice")
         batch.late_applied, batch.duplicates = planned.late_applied, len(planned.duplicates)
         flat = [p for wave in planned.waves for p in wave]
         # wave i holds each learner's i-th event, which makes its event count (the raw window's seq) ...

@@ -48,7 +48,8 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
         store, extra["changelog"], attach = durable(settings, metrics, source, sink, store)
         processor_cls = ChangelogProcessor
     processor = processor_cls(runner, StateCache(e.cache_max_bytes, store), k.topics.predictions,
-                              k.topics.dead_letters, e.late_policy, e.max_record_bytes, e.rebuild_window, **extra)
+                              k.topics.dead_letters, e.late_policy, e.max_record_bytes, e.rebuild_window,
+                              max_clock_skew_s=e.max_clock_skew_s, **extra)
     engine = Engine(source, sink, processor, metrics, e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s,
                     rebuild_chunk=e.rebuild_chunk, collector=collector_for(e))
     if attach is not None:

@@ -9,7 +9,7 @@ import pytest
 
 from ktstream.engine.decode import Decoded, Rejected, decode
 from ktstream.engine.records import Record
-from ktstream.schema import DeadLetter, Prediction
+from ktstream.schema import MAX_ATTRIBUTES_BYTES, MAX_CONCEPTS, MAX_ID_BYTES, MAX_INT64, DeadLetter, Prediction
 
 GOOD = {"event_id": "e1", "learner_id": "u1", "item_id": "q1", "response": 1, "event_time": 1_700_000_000_000}
 
@@ -35,9 +35,60 @@ def test_rejections_name_their_reason(value, reason, fragment):
     assert out.reason == reason and fragment in out.detail, (out.reason, out.detail)
 
 
+def nested(depth: int) -> str:
+    """JSON text of ``depth`` nested objects."""
+    return '{"a":' * depth + "1" + "}" * depth
+
+
+@pytest.mark.parametrize("fields,fragment", [
+    ({"seq": MAX_INT64 + 1}, "seq"),
+    ({"elapsed_ms": MAX_INT64 + 1}, "elapsed_ms"),
+    ({"event_time": "9999-12-31T23:00:00-05:00"}, "outside UTC years 1..9999"),
+    ({"event_time": "0001-01-01T00:00:00+05:00"}, "outside UTC years 1..9999"),
+    ({"event_time": 10**15}, "event_time in epoch milliseconds"),
+    ({"event_time": -10**15}, "event_time in epoch milliseconds"),
+    ({"learner_id": "é" * 129}, "learner_id must be 1..256 bytes"),
+    ({"item_id": "q" * (MAX_ID_BYTES + 1)}, "item_id"),
+    ({"event_id": "e" * (MAX_ID_BYTES + 1)}, "event_id"),
+    ({"step_id": "s" * (MAX_ID_BYTES + 1)}, "step_id"),
+    ({"concept_ids": ["c" * (MAX_ID_BYTES + 1)]}, "each concept id"),
+    ({"concept_ids": [f"c{i}" for i in range(MAX_CONCEPTS + 1)]}, "concept_ids"),
+    ({"attributes": {"x": "y" * MAX_ATTRIBUTES_BYTES}}, "attributes are"),
+])
+def test_the_schema_bounds_every_field(fields, fragment):
+    """Each field's bound holds at the schema, so no later stage (archive columns, datetimes) meets the value."""
+    value = json.dumps({**GOOD, **fields}).encode()
+    out = decode(rec(value, key=fields.get("learner_id", "u1").encode()), max_bytes=1 << 20)
+    assert isinstance(out, Rejected) and out.reason == "schema" and fragment in out.detail, out
+
+
+@pytest.mark.parametrize("depth", [9, 1000, 1023, 5000])
+def test_deep_attributes_are_rejected_without_recursion(depth):
+    value = ('{"event_id":"e1","learner_id":"u1","item_id":"q1","attributes":%s}' % nested(depth)).encode()
+    out = decode(rec(value), max_bytes=1 << 20)
+    assert isinstance(out, Rejected) and out.reason in ("schema", "invalid_json"), out
+
+
+def test_values_at_the_bounds_are_accepted():
+    at_bounds = {**GOOD, "seq": MAX_INT64, "elapsed_ms": MAX_INT64, "event_time": "9999-12-31T23:59:59Z",
+                 "learner_id": "é" * (MAX_ID_BYTES // 2), "concept_ids": ["c" * MAX_ID_BYTES] * MAX_CONCEPTS,
+                 "attributes": json.loads(nested(8))}
+    out = decode(rec(json.dumps(at_bounds).encode(), key=at_bounds["learner_id"].encode()), 1 << 20)
+    assert isinstance(out, Decoded), out
+    assert out.event.to_record()["seq"] == MAX_INT64
+
+
 def test_key_must_be_the_learner_id():
     assert decode(rec(json.dumps(GOOD).encode(), key=b"someone-else"), 4096).reason == "key_mismatch"
-    assert isinstance(decode(rec(json.dumps(GOOD).encode(), key=None), 4096), Decoded)
+    missing = decode(rec(json.dumps(GOOD).encode(), key=None), 4096)
+    assert missing.reason == "missing_key" and "'u1'" in missing.detail
+
+
+def test_events_past_the_clock_and_its_skew_are_future():
+    now = 1_700_000_000_000
+    for event_time, reason in ((now + 1, "future"), ("9999-01-01T00:00:00Z", "future"), (now, None)):
+        out = decode(rec(json.dumps({**GOOD, "event_time": event_time}).encode()), 4096, not_after_ms=now)
+        assert getattr(out, "reason", None) == reason, out
 
 
 def test_dead_letters_carry_original_bytes_and_source(kit):

@@ -13,7 +13,8 @@ from connectors.archive import ArchiveSettings, Archiver, ArchiveWriter, kafka_a
 from ktstream.data.archive_reader import archive_files, archive_summary, read_archive
 from ktstream.data.eventlog import PARQUET_SCHEMA
 from ktstream.data.simulate import simulate
-from ktstream.engine.records import MemorySource, Record
+from ktstream.engine.records import MemorySink, MemorySource, Record
+from ktstream.schema import DeadLetter
 
 DAY_MS = 86_400_000
 
@@ -105,7 +106,8 @@ def test_offsets_are_committed_only_after_the_file_is_durable(tmp_path, monkeypa
     recs = events(2)
     bad = Record("events", 0, len(recs), b"u0", b"{not json")
     source = MemorySource(as_records(recs, partitions=1) + [bad])
-    archiver = Archiver(source, ArchiveWriter(tmp_path, flush_records=10_000))
+    dead = MemorySink()
+    archiver = Archiver(source, ArchiveWriter(tmp_path, flush_records=10_000), dead)
     archiver.step(0.0, 10_000)
     real = archive_module.os.replace
 
@@ -120,12 +122,14 @@ def test_offsets_are_committed_only_after_the_file_is_durable(tmp_path, monkeypa
     archiver.flush()  # the buffer was kept: nothing lost
     assert source.committed == {("events", 0): len(recs) + 1}  # the invalid record's offset is done too
     assert read_archive(tmp_path) == canonical_order(recs) and archiver.writer.skipped == 1
+    (letter,) = [DeadLetter.model_validate_json(o.value) for o in dead.flushed]
+    assert (letter.reason, letter.source.offset) == ("invalid_json", len(recs))
 
 
 def test_lost_partitions_are_dropped_without_commit(tmp_path):
     recs = events(4)
     source = MemorySource(as_records(recs, partitions=2))
-    archiver = Archiver(source, ArchiveWriter(tmp_path, flush_records=10_000))
+    archiver = Archiver(source, ArchiveWriter(tmp_path, flush_records=10_000), MemorySink())
     archiver.step(0.0, 10_000)
     source.on_lost([("events", 1)])
     archiver.flush()
@@ -173,7 +177,8 @@ def test_a_failed_commit_keeps_the_archive_and_the_archiver_running(tmp_path):
             raise CommitError("partition reassigned")
 
     recs = events(2)
-    archiver = Archiver(Moved(as_records(recs, partitions=1)), ArchiveWriter(tmp_path, flush_records=5))
+    archiver = Archiver(Moved(as_records(recs, partitions=1)), ArchiveWriter(tmp_path, flush_records=5),
+                        MemorySink())
     while archiver.step(0.0, 7):
         pass
     archiver.flush()
@@ -220,3 +225,36 @@ def test_environment_overrides_the_trainer_and_archive_sections(tmp_path, monkey
     monkeypatch.setenv("KTSTREAM_TRAINER__HORIZON_DAYS", "-1")
     with pytest.raises(ConfigError, match="KTSTREAM_TRAINER__"):
         section(path, "trainer", TrainerSettings)
+
+
+def test_records_the_columns_cannot_hold_are_set_aside_not_failing_the_file(tmp_path):
+    """The writer checks each row on ``add``: a record beyond the int64 columns (or with attributes that are not
+    JSON) is refused with the reason, and the others of its file are written."""
+    recs = events(2)[:6]
+    writer = ArchiveWriter(tmp_path)
+    problems = [writer.add(("events", 0), i, r) for i, r in enumerate(recs)]
+    problems.append(writer.add(("events", 0), 6, {**recs[0], "event_id": "big", "seq": 2**63}))
+    problems.append(writer.add(("events", 0), 7, {**recs[0], "event_id": "obj", "attributes": {"x": object()}}))
+    assert problems[:6] == [None] * 6 and "int64" in problems[6] and "not JSON" in problems[7]
+    assert writer.flush() == {("events", 0): 8}
+    assert read_archive(tmp_path) == canonical_order(recs) and writer.skipped == 2
+
+
+def test_the_archivers_dead_letters_go_out_before_its_commit(tmp_path):
+    """A dead letter that cannot be sent stops the flush before any file or commit: nothing is lost."""
+    from ktstream.engine.exceptions import SinkError
+
+    class Down(MemorySink):
+        def flush(self, timeout_s):
+            raise SinkError("broker gone")
+
+    recs = events(2)
+    source = MemorySource(as_records(recs, partitions=1) + [Record("events", 0, len(recs), None, b"{}")])
+    archiver = Archiver(source, ArchiveWriter(tmp_path), Down())
+    archiver.step(0.0, 10_000)
+    with pytest.raises(SinkError):
+        archiver.flush()
+    assert source.committed == {} and read_archive(tmp_path) == []
+    archiver.dead_letters = MemorySink()
+    archiver.flush()
+    assert source.committed == {("events", 0): len(recs) + 1} and len(archiver.dead_letters.flushed) == 1

@@ -59,6 +59,9 @@ class KafkaSettings(_Section):
     ssl_cafile: str | None = None
     ssl_certfile: str | None = None
     ssl_keyfile: str | None = None
+    read_stall_timeout_s: float = Field(30.0, gt=0, description="a partition read to its end (a state restore "
+                                        "from the changelog) fails when it makes no progress (no record, no "
+                                        "position advance) this long; a slow broker only has to keep moving")
     consumer: dict[str, Any] = Field(default_factory=dict, description="extra kafka-python consumer settings")
     producer: dict[str, Any] = Field(default_factory=dict, description="extra kafka-python producer settings")
 
@@ -137,6 +140,11 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = MetricsSettings()
     model: ModelSettings = ModelSettings()
     state: StateSettings = StateSettings()
+    restore_attempts: int = Field(5, ge=1, description="restore attempts per assigned partition (each fails "
+                                                       "after kafka.read_stall_timeout_s without progress) before the "
+                                                       "engine stops with RestoreError (not ready, counted, logged)")
+    restore_backoff_s: float = Field(1.0, ge=0, description="pause before the second restore attempt, doubled "
+                                                            "before each later one (at most 30 s)")
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from typing import Iterator
 
 import kafka.errors
 from kafka import KafkaConsumer, TopicPartition
@@ -71,7 +72,13 @@ class KafkaSource:
             batches = self.consumer.poll(timeout_ms=int(timeout_s * 1000), max_records=max_records)
         except kafka.errors.KafkaError as exc:
             raise EngineError(f"poll failed: {exc}") from exc
-        self._dispatch()
+        try:
+            self._dispatch()
+        except BaseException:  # e.g. a failed restore: records fetched in this poll must be fetched again
+            for tp, msgs in batches.items():
+                if msgs and tp in self.consumer.assignment():
+                    self.consumer.seek(tp, msgs[0].offset)
+            raise
         out = [Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp)
                for tp in sorted(batches) for m in batches[tp]]
         for tp, msgs in batches.items():
@@ -117,17 +124,28 @@ class KafkaSource:
         return out
 
     def committed(self, tp: TP) -> int | None:
-        return self.consumer.committed(TopicPartition(*tp))
+        try:
+            return self.consumer.committed(TopicPartition(*tp))
+        except kafka.errors.KafkaError as exc:
+            raise EngineError(f"cannot read the committed offset of {tp}: {exc}") from exc
 
     def group_metadata(self):
         """The consumer's group metadata, for ``send_offsets_to_transaction`` (exactly-once)."""
         return self.consumer.group_metadata()
 
-    def read_partition(self, topic: str, partition: int, start: int = 0) -> list[Record]:
-        """Another topic's partition from ``start`` to its end, committed records only (a state restore)."""
-        from connectors.kafka.committed import read_partition
+    def generation(self) -> int:
+        """The consumer group generation this member is in (-1 before it joined); fences changelog writers."""
+        if self._consumer is None:
+            return -1
+        return self._consumer.group_metadata().generation_id
 
-        return read_partition(self.settings, topic, partition, start)
+    def read_partition(self, topic: str, partition: int, start: int = 0) -> Iterator[Record]:
+        """Another topic's partition from ``start`` to its end, committed records only, streamed (a state
+        restore; connectors.kafka.committed.stream_partition, failing after ``read_stall_timeout_s``
+        without progress)."""
+        from connectors.kafka.committed import stream_partition
+
+        return stream_partition(self.settings, topic, partition, start, self.settings.read_stall_timeout_s)
 
     def close(self) -> None:
         if self._consumer is not None:

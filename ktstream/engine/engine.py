@@ -184,7 +184,7 @@ class Engine:
         return time.monotonic() - self.last_loop < window_s
 
     def ready(self) -> bool:
-        return self.joined
+        return self.joined and (self.state_manager is None or self.state_manager.ready)
 
     # -- commit protocol, steps 3-4 ---------------------------------------
     def _flush_and_commit(self, batch: Batch) -> bool:

@@ -4,19 +4,34 @@
 the liveness window) and 503 otherwise; ``/readyz`` answers 200 once the
 model is loaded and the consumer has joined its group, 503 before. Both take
 plain callables so this module knows nothing of the engine.
+
+Bounded by construction, so that slow or idle clients cannot starve the probes:
+one thread reads request heads from every connection at once (a selector), so
+a connection costs a socket, not a thread; a connection that has not sent its
+whole request head within ``request_timeout_s`` is closed; at most
+``max_connections`` wait for their heads (beyond that the oldest is closed);
+and complete requests are answered by ``workers`` threads. Responses close the
+connection (HTTP/1.0 style), as http.server's default did.
 """
 
 from __future__ import annotations
 
+import selectors
+import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
+MAX_HEAD_BYTES = 8192
+REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+           431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
+
 
 class MetricsServer:
-    """Serve on ``host:port`` (port 0: any free port, see ``.port``) in a daemon thread.
+    """Serve on ``host:port`` (port 0: any free port, see ``.port``) from a daemon thread.
 
     >>> srv = MetricsServer(lambda: b"x 1\\n", lambda: True, lambda: False, port=0)
     >>> import urllib.request, urllib.error
@@ -31,36 +46,122 @@ class MetricsServer:
     """
 
     def __init__(self, exposition: Callable[[], bytes], healthy: Callable[[], bool], ready: Callable[[], bool],
-                 host: str = "127.0.0.1", port: int = 9464):
-        routes = {
+                 host: str = "127.0.0.1", port: int = 9464, request_timeout_s: float = 5.0,
+                 max_connections: int = 64, workers: int = 2):
+        self.routes = {
             "/metrics": lambda: (200, CONTENT_TYPE_LATEST, exposition()),
             "/healthz": lambda: _status(healthy(), "alive", "stalled"),
             "/readyz": lambda: _status(ready(), "ready", "not ready"),
         }
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802  (http.server's naming)
-                route = routes.get(self.path.split("?", 1)[0])
-                code, ctype, body = route() if route else (404, "text/plain", b"not found\n")
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args) -> None:  # keep scrapes out of the service log
-                return None
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self.host, self.port = host, self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, name="ktstream-http", daemon=True)
+        self.request_timeout_s, self.max_connections = request_timeout_s, max_connections
+        self._listener = socket.create_server((host, port), backlog=128)
+        self._listener.setblocking(False)
+        self.host, self.port = host, self._listener.getsockname()[1]
+        self._wake, self._waker = socket.socketpair()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(self._listener, selectors.EVENT_READ)
+        self._selector.register(self._wake, selectors.EVENT_READ)
+        self._heads: dict[socket.socket, tuple[float, bytearray]] = {}  # reading, oldest first: deadline, bytes
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="ktstream-http-worker")
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="ktstream-http", daemon=True)
         self._thread.start()
 
+    # -- the selector thread ------------------------------------------------
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            for key, _ in self._selector.select(timeout=min(0.5, self.request_timeout_s)):
+                if key.fileobj is self._listener:
+                    self._accept()
+                elif key.fileobj is not self._wake:
+                    self._read(key.fileobj)
+            self._expire(time.monotonic())
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of file descriptors, a reset before accept: try again on the next event
+                return
+            if len(self._heads) >= self.max_connections:
+                self._drop(next(iter(self._heads)))  # the oldest waiting connection makes room
+            conn.setblocking(False)
+            self._heads[conn] = (time.monotonic() + self.request_timeout_s, bytearray())
+            self._selector.register(conn, selectors.EVENT_READ)
+
+    def _read(self, conn: socket.socket) -> None:
+        try:
+            data = conn.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(conn)
+            return
+        head = self._heads[conn][1]
+        head += data
+        if b"\r\n\r\n" in head or b"\n\n" in head or len(head) > MAX_HEAD_BYTES:
+            self._selector.unregister(conn)
+            del self._heads[conn]
+            self._pool.submit(self._respond, conn, bytes(head))
+
+    def _expire(self, now: float) -> None:
+        for conn, (deadline, _) in list(self._heads.items()):
+            if deadline > now:
+                break  # the rest arrived later
+            self._drop(conn)
+
+    def _drop(self, conn: socket.socket) -> None:
+        self._selector.unregister(conn)
+        del self._heads[conn]
+        conn.close()
+
+    # -- a worker thread ----------------------------------------------------
+    def _respond(self, conn: socket.socket, head: bytes) -> None:
+        try:
+            conn.setblocking(True)
+            conn.settimeout(self.request_timeout_s)  # a client that does not read its response is let go
+            code, ctype, body, method = self._answer(head)
+            status = f"HTTP/1.0 {code} {REASONS[code]}\r\nContent-Type: {ctype}\r\n"
+            status += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            conn.sendall(status.encode("latin-1") + (b"" if method == "HEAD" else body))
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def _answer(self, head: bytes) -> tuple[int, str, bytes, str]:
+        if len(head) > MAX_HEAD_BYTES:
+            return 431, "text/plain", b"request head too large\n", "GET"
+        parts = head.split(b"\n", 1)[0].decode("latin-1").split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            return 400, "text/plain", b"bad request\n", "GET"
+        method, target = parts[0], parts[1]
+        if method not in ("GET", "HEAD"):
+            return 405, "text/plain", b"GET or HEAD only\n", method
+        route = self.routes.get(target.split("?", 1)[0])
+        if route is None:
+            return 404, "text/plain", b"not found\n", method
+        try:
+            code, ctype, body = route()
+        except Exception as exc:  # noqa: BLE001  (a failing callable is the engine's problem, not the client's)
+            return 500, "text/plain", f"{type(exc).__name__}: {exc}\n".encode(), method
+        return code, ctype, body, method
+
+    # -- lifecycle ----------------------------------------------------------
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._stop.set()
+        self._waker.send(b"x")
         self._thread.join(timeout=5)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        for conn in list(self._heads):
+            self._drop(conn)
+        for s in (self._listener, self._wake, self._waker):
+            s.close()
+        self._selector.close()
 
     def __enter__(self) -> "MetricsServer":
         return self

@@ -8,15 +8,28 @@ because ``Output`` has no headers field the engine's sink would forward, in the
 value as well. The value is ``len(meta) (4 bytes, big endian) + meta JSON +
 safetensors blob``: self-describing, never pickle.
 
+Every record also names its writer's generation (``generation`` in the value and
+the ``writer_generation`` header): the consumer group generation in which the
+writing instance was assigned the partition (-1: unknown).
+
 Restore (``restore``): a partition's store reflects input offset S and
 changelog offset X (its checkpoint: the offset after the last changelog record
 of the states it holds); the group committed C. Changelog records from X on
 whose source offset lies in [S, C) were committed but not yet written locally
-(a crash between the commit protocol's steps 3 and 4); apply them, latest per
-learner, and write the store at C (and X = the end of what was read) in one
-transaction. Records at or beyond C belong to a batch that never committed: it
-will be processed again, so they are ignored. Records before X are already in
-the store (or belong to batches before S), so only the tail is read.
+(a crash between the commit protocol's steps 3 and 4); apply, per learner, the
+newest of them, and write the store at C (and X = the end of what was read) in
+one transaction. Newest means the highest source offset, then the newest
+writer generation; never the last in the log: an old owner that flushes late
+(at-least-once) appends an older state after a newer one. The owner that
+committed C processed every offset in [S, C), so its record for a learner has
+a source offset at least as high as any late write of an old owner; at an
+equal source offset (the old owner processed the same event, perhaps with an
+older model version) the newer generation wins. Records at or beyond C belong
+to a batch that never committed: it will be processed again, so they are
+ignored. Records before X are already in the store (or belong to batches
+before S), so only the tail is read. The read is streamed: memory holds one
+encoded record per learner, and nothing is written unless the read reached its
+end (a failed read leaves the store as it was, for a retry).
 """
 
 from __future__ import annotations
@@ -43,53 +56,96 @@ def changelog_topic(events_topic: str, store: str = "learners") -> str:
     return f"{events_topic}.{store}-changelog"
 
 
-def to_changelog(st: LearnerState, topic: str) -> ChangelogOutput:
+def to_changelog(st: LearnerState, topic: str, generation: int = -1) -> ChangelogOutput:
     assert st.partition is not None, f"learner {st.learner_id!r} has no source partition"
     row = codec.encode(st)
     blob = row.pop("blob")
+    row["generation"] = generation
     meta = json.dumps(row).encode()
     src = ((("source_topic", st.partition[0].encode()), ("source_partition", str(st.partition[1]).encode()),
-            ("source_offset", str(st.last_offset).encode())))
+            ("source_offset", str(st.last_offset).encode()), ("writer_generation", str(generation).encode())))
     return ChangelogOutput(topic, st.learner_id.encode(), len(meta).to_bytes(4, "big") + meta + blob,
                            st.partition[1], src)
 
 
-def from_changelog(value: bytes) -> LearnerState:
+def changelog_meta(value: bytes) -> dict:
+    """A changelog value's bookkeeping (learner, source, generation) without decoding its tensors."""
     n = int.from_bytes(value[:4], "big")
-    row = json.loads(value[4:4 + n])
-    row["blob"] = value[4 + n:]
+    return json.loads(value[4:4 + n])
+
+
+def from_changelog(value: bytes) -> LearnerState:
+    row = changelog_meta(value)
+    row.pop("generation", None)
+    row["blob"] = value[4 + int.from_bytes(value[:4], "big"):]
     return codec.decode(row)
 
 
 class ChangelogProcessor(Processor):
-    """A Processor whose batches also carry one changelog record per staged learner."""
+    """A Processor whose batches also carry one changelog record per staged learner, stamped with the
+    generation in which this instance was assigned the learner's partition (``own``)."""
 
     def __init__(self, *args, changelog: str, **kwargs):
         super().__init__(*args, **kwargs)
         self.changelog = changelog
+        self.generations: dict[TopicPartition, int] = {}
+
+    def own(self, tp: TopicPartition, generation: int) -> None:
+        self.generations[tp] = generation
 
     def process(self, records: list[Record]) -> Batch:
         batch = super().process(records)
-        batch.outputs.extend(to_changelog(st, self.changelog) for st in batch.staged)
+        batch.outputs.extend(to_changelog(st, self.changelog, self.generations.get(st.partition, -1))
+                             for st in batch.staged)
         return batch
+
+
+class NewestStates:
+    """Per learner, the encoded changelog record of its newest state among those a restore applies.
+
+    >>> import torch
+    >>> def rec(offset, generation):
+    ...     st = LearnerState("a", {"h": torch.zeros(1)}, "v", ("ev", 0), last_offset=offset)
+    ...     return to_changelog(st, "cl", generation).value
+    >>> newest = NewestStates(("ev", 0), start=0, committed=10)
+    >>> for value in (rec(3, 1), rec(7, 2), rec(5, 1), rec(7, 1), rec(12, 2)):  # late old owner; uncommitted
+    ...     newest.offer(value)
+    >>> [(st.last_offset, st.learner_id) for st in newest.states()]
+    [(7, 'a')]
+    """
+
+    def __init__(self, tp: TopicPartition, start: int, committed: int):
+        self.tp, self.start, self.committed = tp, start, committed
+        self.best: dict[str, tuple[int, int, bytes]] = {}  # learner -> (source offset, generation, value)
+
+    def offer(self, value: bytes) -> None:
+        meta = changelog_meta(value)
+        offset, generation = int(meta["last_offset"]), int(meta.get("generation", -1))
+        if (meta["topic"], meta["part"]) != tuple(self.tp) or not self.start <= offset < self.committed:
+            return
+        kept = self.best.get(meta["learner_id"])
+        if kept is None or (offset, generation) >= kept[:2]:  # equal: the later in the log
+            self.best[meta["learner_id"]] = (offset, generation, value)
+
+    def states(self) -> list[LearnerState]:
+        return [from_changelog(value) for _, _, value in self.best.values()]
 
 
 def restore(store, tp: TopicPartition, read: Callable[[int], Iterable[Record]], committed: int) -> tuple[int, int]:
     """Bring ``tp``'s store up to the committed input offset, reading the changelog from the store's
-    checkpoint (``read(offset)``: the records of ``tp``'s changelog partition from ``offset`` on).
-    Returns (learner states applied, changelog records read)."""
+    checkpoint (``read(offset)``: the records of ``tp``'s changelog partition from ``offset`` to the
+    end taken when the read starts). Returns (learner states applied, changelog records read).
+    An error from ``read`` propagates and nothing is written."""
     start = store.open(tp)
     if start >= committed:
         return 0, 0
     since = end = store.changelog_offset(tp)
-    latest: dict[str, LearnerState] = {}
+    newest = NewestStates(tp, start, committed)
     n = 0
     for rec in read(since):
         n, end = n + 1, max(end, rec.offset + 1)
-        if rec.value is None:
-            continue
-        st = from_changelog(rec.value)
-        if st.partition == tp and start <= st.last_offset < committed:
-            latest[st.learner_id] = st
-    store.write(list(latest.values()), {tp: committed}, {tp: end})
-    return len(latest), n
+        if rec.value is not None:
+            newest.offer(rec.value)
+    states = newest.states()
+    store.write(states, {tp: committed}, {tp: end})
+    return len(states), n

@@ -1,7 +1,7 @@
 """State metrics, registered on the engine's registry (so /metrics shows them with the rest).
 
 Commit failures are the engine's own ``ktstream_batch_failures{stage="commit"}``;
-here: restores (time, records), checkpoints (the store write of step 4), the
+here: restores (time, records, retries, partitions whose restore failed), checkpoints (the store write of step 4), the
 store's size and the partitions this instance owns.
 """
 
@@ -25,6 +25,11 @@ class StateMetrics:
                                 registry=r)
         self.restore_read = Counter("ktstream_state_restore_read_records", "Changelog records read by "
                                     "restores (from each store's changelog checkpoint on).", registry=r)
+        self.restore_retries = Counter("ktstream_state_restore_retries", "Restore attempts that failed and were "
+                                       "retried (a stalled or failing changelog read).", registry=r)
+        self.restore_failures = Counter("ktstream_state_restore_failures", "Partitions whose restore failed every "
+                                        "attempt (the engine stops, not ready).", ["topic", "partition"],
+                                        registry=r)
         self.checkpoint_seconds = Histogram("ktstream_state_checkpoint_seconds", "Duration of the atomic store "
                                             "write after a commit.", buckets=SECONDS, registry=r)
         self.store_bytes = Gauge("ktstream_state_store_bytes", "Bytes of serialized learner state in the "
@@ -39,6 +44,9 @@ class StateMetrics:
         self.restore_seconds.observe(seconds)
         self.restored.inc(records)
         self.restore_read.inc(read)
+
+    def on_restore_failed(self, tp: TopicPartition) -> None:
+        self.restore_failures.labels(tp[0], str(tp[1])).inc()
 
     def sizes(self, store, force: bool = False) -> None:
         now = time.monotonic()

@@ -8,7 +8,8 @@ checkpoint taken from the sink's acknowledgements), the changelog topic, and
 rebalance callbacks and the engine's (restore on assignment).
 
 The source must offer ``committed(tp)`` (or, as MemorySource, a dict) and ``read_partition(topic, partition,
-start)``; the sink, after a flush or a committed transaction, ``acked``:
+start)`` (records streamed to the end taken when the read starts; failing, not ending, when it stalls), and may offer
+``generation()`` (the consumer group generation, stamped on changelog records); the sink, after a flush or a committed transaction, ``acked``:
 (topic, partition) -> offset after its last acknowledged record
 (connectors.kafka does both; so do the in-memory doubles in tests/state).
 """
@@ -49,10 +50,13 @@ def durable(settings: Settings, metrics, source, sink, store=None):
         c = source.committed
         return c(tp) if callable(c) else c.get(tp)
 
+    def read(tp, start):
+        return source.read_partition(topic, tp[1], start)
+
+    def generation() -> int:  # the group generation (MemorySource has no group: -1)
+        return source.generation() if hasattr(source, "generation") else -1
+
     def attach(engine) -> StateManager:
-        manager = StateManager(engine, wrapped, lambda tp, start: source.read_partition(topic, tp[1], start),
-                               committed).attach()
-        manager.on_restored = state_metrics.on_restored
-        return manager
+        return StateManager(engine, wrapped, read, committed, st, generation, state_metrics).attach()
 
     return wrapped, topic, attach

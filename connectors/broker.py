@@ -29,6 +29,10 @@ from ktstream.exceptions import KTStreamError
 log = logging.getLogger(__name__)
 
 
+#: Topic settings for the embedded broker: one broker (one replica), and Tansu does not compact topics.
+EMBEDDED = {"replication_factor": 1, "min_insync_replicas": 1, "broker_compacts": False}
+
+
 class BrokerError(KTStreamError):
     """The embedded broker did not start, answer, or create a topic."""
 
@@ -89,8 +93,8 @@ class EmbeddedBroker:
 
     @property
     def settings(self) -> KafkaSettings:
-        """Client settings pointing at this broker."""
-        return KafkaSettings(bootstrap_servers=self.bootstrap_servers, client_id="ktstream-embedded")
+        """Client settings pointing at this broker (``EMBEDDED``: one broker, which cannot compact)."""
+        return KafkaSettings(bootstrap_servers=self.bootstrap_servers, client_id="ktstream-embedded", **EMBEDDED)
 
     def topics(self) -> list[str]:
         return list_topics(self.settings)

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ktstream.exceptions import ConfigError
@@ -37,6 +37,18 @@ class KafkaSettings(_Section):
     bootstrap_servers: str = "127.0.0.1:9092"
     topics: TopicsSettings = TopicsSettings()
     partitions: int = Field(6, ge=1, description="partitions of the topics the embedded broker / demo creates")
+    replication_factor: int = Field(3, ge=1, description="replicas of each topic ktstream creates (the changelog; "
+                                    "with `serve --create-topics` all of them); 1 only on a one-broker cluster "
+                                    "(the embedded broker, the compose stack)")
+    min_insync_replicas: int = Field(2, ge=1, description="min.insync.replicas of the topics ktstream creates: "
+                                     "an acks=all write needs this many in-sync replicas (at most "
+                                     "replication_factor)")
+    broker_compacts: bool = Field(True, description="the brokers compact topics (Apache Kafka does): the "
+                                  "changelog is created with cleanup.policy=compact, and a broker refusing it or "
+                                  "an existing changelog that is not compacted is an error. false for a broker "
+                                  "that cannot compact (Tansu, the embedded broker): the changelog is created "
+                                  "plain, with a warning and ktstream_changelog_compacted 0; it then keeps every "
+                                  "state ever committed")
     group_id: str = "ktstream"
     client_id: str = "ktstream"
     assignment: Literal["cooperative-sticky", "range", "roundrobin"] = "cooperative-sticky"
@@ -64,6 +76,13 @@ class KafkaSettings(_Section):
                                         "position advance) this long; a slow broker only has to keep moving")
     consumer: dict[str, Any] = Field(default_factory=dict, description="extra kafka-python consumer settings")
     producer: dict[str, Any] = Field(default_factory=dict, description="extra kafka-python producer settings")
+
+    @model_validator(mode="after")
+    def _insync_within_replicas(self) -> "KafkaSettings":
+        if self.min_insync_replicas > self.replication_factor:
+            raise ValueError(f"kafka.min_insync_replicas ({self.min_insync_replicas}) exceeds "
+                             f"kafka.replication_factor ({self.replication_factor}): no write could succeed")
+        return self
 
 
 class EngineSettings(_Section):

@@ -93,7 +93,8 @@ class EngineMetrics:
         self._evictions_seen = 0
         #: Plain running totals (consumed, predictions, dead:<reason>, ...) for summaries and tests.
         self.totals: Tally = Tally()
-        for reason in ("oversized", "invalid_json", "schema", "key_mismatch", "late"):
+        for reason in ("oversized", "invalid_json", "schema", "missing_key", "key_mismatch", "future", "late",
+                       "duplicate"):
             self.dead.labels(reason)
         for action in ("applied", "dead_lettered"):
             self.late.labels(action)

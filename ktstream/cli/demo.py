@@ -44,7 +44,7 @@ def run(args) -> int:
         logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at INFO
     import torch
 
-    from connectors.broker import EmbeddedBroker
+    from connectors.broker import EMBEDDED, EmbeddedBroker
     from connectors.kafka import KafkaSink, KafkaSource
     from ktstream.config import load_settings
     from ktstream.data.simulate import simulate
@@ -56,7 +56,7 @@ def run(args) -> int:
 
     with EmbeddedBroker() as broker:
         model = {"family": args.model} if args.model else {}
-        s = load_settings(args.config, kafka={"bootstrap_servers": broker.bootstrap_servers}, model=model)
+        s = load_settings(args.config, kafka={"bootstrap_servers": broker.bootstrap_servers, **EMBEDDED}, model=model)
         k = s.kafka
         broker.create_topics([k.topics.events, k.topics.predictions, k.topics.dead_letters], k.partitions)
         print(f"broker  Tansu on {broker.bootstrap_servers}, topics with {k.partitions} partitions")

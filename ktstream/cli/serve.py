@@ -25,14 +25,19 @@ def register(sub) -> None:
 
 
 def create_changelog(settings) -> str:
-    """Create the changelog topic, compacted where the broker accepts topic configs."""
-    from connectors.kafka.admin import create_topics
+    """Create (or check) the changelog topic; its name."""
+    return ensure_changelog(settings)[0]
+
+
+def ensure_changelog(settings) -> tuple[str, bool]:
+    """Create (or check) the changelog topic, compacted unless ``kafka.broker_compacts`` is false
+    (connectors.kafka.admin.ensure_changelog); (its name, whether it is compacted)."""
+    from connectors.kafka import admin
     from ktstream.state.changelog import changelog_topic
 
     k = settings.kafka
     name = changelog_topic(k.topics.events)
-    create_topics(k, [name], k.partitions, {"cleanup.policy": "compact"}, config_optional=True)
-    return name
+    return name, admin.ensure_changelog(k, name, k.partitions)
 
 
 def run(args) -> int:
@@ -53,11 +58,12 @@ def run(args) -> int:
         from connectors.kafka.admin import create_topics
 
         create_topics(k, [k.topics.events, k.topics.predictions, k.topics.dead_letters], k.partitions)
-    if settings.state.dir is not None:
-        create_changelog(settings)
+    compacted = ensure_changelog(settings)[1] if settings.state.dir is not None else None
     serving = load_model(settings.model)
     source = KafkaSource(k, max_poll_records=settings.engine.max_batch)
     service = Service(settings, serving, source, sink_for(settings))
+    if compacted is not None:
+        service.metrics.changelog_compaction(compacted)
 
     def stop(signum, frame) -> None:
         log.info("signal %d: finishing the current micro-batch, then stopping", signum)

@@ -114,6 +114,16 @@ class EngineSettings(_Section):
                                                        "newly swapped-in model to rebuild its state (0: none)")
     rebuild_chunk: int = Field(256, ge=1, description="stale learner states rebuilt between micro-batches "
                                                       "after a model swap (the rest: on their next event)")
+    rebuild_window_bytes: int = Field(262_144, ge=1024, description="bytes a learner's raw window may hold "
+                                      "(ids counted as Python strings, not shared), oldest records out first; "
+                                      "keeps its changelog record and cached state bounded whatever its ids")
+    max_output_record_bytes: int = Field(1_048_576, ge=4096, description="largest record sent (key, value, "
+                                         "headers and 128 bytes of record-batch overhead); no more than the "
+                                         "producer's max_request_size and the topics' max.message.bytes. A "
+                                         "learner whose prediction or changelog record is larger has its events "
+                                         "of the batch dead-lettered (output_too_large) and keeps its state")
+    max_batch_retries: int = Field(10, ge=0, description="times a rolled-back micro-batch is processed again in a "
+                                                         "row before the engine stops with an error")
 
 
 class MetricsSettings(_Section):

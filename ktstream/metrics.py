@@ -34,6 +34,7 @@ SERIES = (
     "ktstream_calibration_predictions_total", "ktstream_calibration_correct_total",
     "ktstream_calibration_probability_sum_total", "ktstream_drift_alarms_total",
     "ktstream_model_swaps_total", "ktstream_states_rebuilt_total", "ktstream_loop_seconds_total",
+    "ktstream_batch_retries_total",
     "ktstream_model_load_failures_total", "ktstream_state_stores_quarantined_total",
 )
 #: Phases of the engine loop timed by ``ktstream_loop_seconds_total`` (ktstream.engine.engine.Engine.step).
@@ -51,6 +52,8 @@ class EngineMetrics:
         self.duplicates = Counter("ktstream_duplicate_events", "Redelivered records skipped by source offset.",
                                   registry=r)
         self.failures = Counter("ktstream_batch_failures", "Micro-batches rolled back.", ["stage"], registry=r)
+        self.retries = Counter("ktstream_batch_retries", "Rolled-back micro-batches processed again (at most "
+                               "engine.max_batch_retries in a row, then the engine stops).", registry=r)
         self.swaps = Counter("ktstream_model_swaps", "Model versions swapped in while serving.", registry=r)
         self.model_load_failures = Counter("ktstream_model_load_failures", "Promoted model versions that could "
                                            "not be loaded (the current version kept serving).", registry=r)
@@ -94,11 +97,11 @@ class EngineMetrics:
         #: Plain running totals (consumed, predictions, dead:<reason>, ...) for summaries and tests.
         self.totals: Tally = Tally()
         for reason in ("oversized", "invalid_json", "schema", "missing_key", "key_mismatch", "future", "late",
-                       "duplicate"):
+                       "duplicate", "output_too_large"):
             self.dead.labels(reason)
         for action in ("applied", "dead_lettered"):
             self.late.labels(action)
-        for stage in ("sink", "commit"):
+        for stage in ("sink", "commit", "commit_unknown"):
             self.failures.labels(stage)
         for kind in ("assigned", "revoked", "lost"):
             self.rebalances.labels(kind)

@@ -8,6 +8,10 @@ partition with those headers. ``flush`` waits for every acknowledgement and
 raises ``SinkError`` if any send failed, so the engine does not commit the
 batch; ``acked`` then holds, per (topic, partition), the offset after the
 last acknowledged record (the changelog checkpoint the store records).
+Every failure (send, flush) forgets the pending sends, so a batch processed
+again after its rollback never waits on, or counts, an earlier attempt's.
+``max_record_bytes`` is the producer's ``max_request_size``: the engine
+dead-letters what would be larger before sending (kafka-python refuses it).
 Lazy: constructing it makes no network call.
 """
 
@@ -24,9 +28,14 @@ from ktstream.engine.exceptions import SinkError
 from ktstream.engine.records import Output, TopicPartition
 
 
+#: kafka-python's default ``max_request_size`` (as Apache Kafka's ``max.request.size``).
+DEFAULT_MAX_REQUEST_SIZE = 1_048_576
+
+
 class KafkaSink:
     def __init__(self, settings: KafkaSettings, **overrides):
         self.config = producer_config(settings) | overrides
+        self.max_record_bytes = int(self.config.get("max_request_size", DEFAULT_MAX_REQUEST_SIZE))
         self._producer: KafkaProducer | None = None
         self._pending: list = []
         self.acked: dict[TopicPartition, int] = {}  # of the last flush
@@ -52,6 +61,7 @@ class KafkaSink:
                                         headers=list(getattr(o, "headers", ())))
                 self._pending.append(fut)
         except kafka.errors.KafkaError as exc:
+            self._pending = []
             raise SinkError(f"send failed: {exc}") from exc
 
     def flush(self, timeout_s: float) -> None:

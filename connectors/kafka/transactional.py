@@ -6,9 +6,22 @@ aborts the transaction it left open. Per micro-batch the engine calls
 ``begin``, ``send`` (predictions, dead letters, changelog records), then
 ``commit(offsets, group)``: ``send_offsets_to_transaction`` with the consumer's
 group metadata (KIP-447 fencing of stale members) and ``commit_transaction``.
-On any failure the engine calls ``abort``; a failed abort, or a fatal error
+On a failure before ``commit_transaction`` (a record not acknowledged, the
+offsets refused) the engine calls ``abort``; a failed abort, or a fatal error
 (fenced, bad state), drops the producer, and the next ``begin`` starts a new
 one whose ``init_transactions`` aborts whatever was left open.
+
+Once ``commit_transaction`` was called, an error that is not the coordinator's
+refusal (fenced, invalid state: then nothing committed) leaves the outcome
+unknown: the EndTxn request may have reached the coordinator, which then
+completes the commit whatever happens to this producer. kafka-python (3.0.x)
+cannot resume such a commit (a second ``commit_transaction`` is an invalid
+state transition, unlike the Java client's), so ``commit`` raises
+``CommitOutcomeUnknownError`` and drops the producer without aborting;
+``settle`` then starts a new producer with the same ``transactional.id``, whose
+``init_transactions`` returns only once the coordinator has finished that
+transaction (committed if it received the commit, aborted otherwise), after
+which the group's committed offsets say which (ktstream.engine.engine).
 
 Tansu (the embedded broker) commits, aborts and fences correctly and holds
 read_committed fetches below the last stable offset, but it returns no
@@ -29,6 +42,7 @@ from kafka.structs import OffsetAndMetadata
 
 from connectors.kafka.sink import KafkaSink
 from ktstream.config import KafkaSettings, StateSettings
+from ktstream.engine.engine import CommitOutcomeUnknownError
 from ktstream.engine.exceptions import CommitError, SinkError
 from ktstream.engine.records import TopicPartition as TP
 
@@ -36,6 +50,9 @@ log = logging.getLogger(__name__)
 
 FATAL = (kafka.errors.ProducerFencedError, kafka.errors.IllegalStateError,
          kafka.errors.InvalidProducerEpochError, kafka.errors.InvalidTxnStateError)
+#: The coordinator's answers to a commit that mean it did not commit (and the producer is unusable).
+REFUSED = (kafka.errors.ProducerFencedError, kafka.errors.InvalidProducerEpochError,
+           kafka.errors.InvalidTxnStateError, kafka.errors.TransactionalIdAuthorizationFailedError)
 
 
 def transactional_id(k: KafkaSettings, s: StateSettings) -> str:
@@ -75,7 +92,8 @@ class TransactionalSink(KafkaSink):
         raise SinkError("a transactional sink is flushed by commit(), not flush()")
 
     def commit(self, offsets: dict[TP, int], group_metadata, timeout_s: float = 30.0) -> None:
-        """Offsets into the transaction, then commit it; CommitError (the batch is aborted and retried)."""
+        """Offsets into the transaction, then commit it. CommitError: not committed (the engine aborts and
+        retries the batch); CommitOutcomeUnknownError: the commit was asked for and may have happened."""
         assert self.in_transaction, "commit() without begin()"
         pending, self._pending = self._pending, []
         p = self.producer
@@ -84,13 +102,27 @@ class TransactionalSink(KafkaSink):
             self._check(pending)
             p.send_offsets_to_transaction({TopicPartition(t, n): OffsetAndMetadata(o, "", -1)
                                            for (t, n), o in offsets.items()}, group_metadata)
-            p.commit_transaction()
         except FATAL as exc:
             self._drop()
             raise CommitError(f"transaction failed (producer reset): {exc!r}") from exc
         except (kafka.errors.KafkaError, SinkError) as exc:
             raise CommitError(f"transaction failed: {exc}") from exc
+        try:
+            p.commit_transaction()
+        except REFUSED as exc:
+            self._drop()
+            raise CommitError(f"transaction commit refused (producer reset): {exc!r}") from exc
+        except kafka.errors.KafkaError as exc:
+            self._drop()  # closing does not abort: the transaction stays as the coordinator has it
+            raise CommitOutcomeUnknownError(f"transaction commit outcome unknown: {exc!r}") from exc
         self.in_transaction = False
+
+    def settle(self) -> None:
+        """After CommitOutcomeUnknownError: a new producer whose ``init_transactions`` (bounded by
+        ``max_block_ms``) returns once the coordinator has finished the transaction, committed or
+        aborted; SinkError if it cannot."""
+        self._drop()
+        _ = self.producer  # creating it runs init_transactions
 
     def abort(self) -> None:
         """Abort the open transaction (if any); on failure, drop the producer (its successor aborts it)."""
@@ -106,12 +138,13 @@ class TransactionalSink(KafkaSink):
         self.in_transaction = False
 
     def _drop(self) -> None:
+        """Close the producer; an open transaction is left to the successor's init_transactions."""
         if self._producer is not None:
             try:
                 self._producer.close(timeout=5)
             except kafka.errors.KafkaError:
                 pass
-        self._producer, self.in_transaction = None, False
+        self._producer, self.in_transaction, self._pending = None, False, []
 
     def close(self) -> None:
         self.abort()

@@ -7,16 +7,31 @@ Per micro-batch (at-least-once; the Kafka Streams / Quix Streams order):
 4. ``source.commit`` the input offsets;
 5. ``cache.apply`` the staged states (a durable store, when added, is written here
    first, with the offsets, in one atomic write). Never before the commit.
+Before step 3 every output is checked against the largest record the sink may
+send (``Processor.drop_oversized``): a learner whose prediction or changelog
+record is larger is dead-lettered (``output_too_large``) with its staged state
+dropped, so one learner can never stall the batch.
 If step 3 or 4 fails the staged states are dropped and the batch's partitions
 that are still ours are rewound to its first offsets, so they are processed
 again from the committed state; consumers drop the repeated predictions by
-their source (topic, partition, offset).
+their source (topic, partition, offset). A batch is processed again at most
+``max_batch_retries`` times in a row (``ktstream_batch_retries_total``); then the
+engine stops with ``RetriesExhaustedError`` (as Flink's fixed-delay restart
+strategy gives up), rolled back, so a restart resumes from the committed offsets.
 
 Exactly-once (a sink with ``transactional = True``, connectors.kafka.transactional)
 replaces steps 3-4 by one producer transaction: ``begin``; ``send`` the outputs;
 ``commit(offsets, group metadata)`` = ``send_offsets_to_transaction`` +
-``commit_transaction``. Any failure aborts the transaction, drops the staged
-states and rewinds, as above; read_committed consumers never see the batch.
+``commit_transaction``. A failure before the commit was asked for aborts the
+transaction, drops the staged states and rewinds, as above; read_committed
+consumers never see the batch. A commit whose outcome is unknown (it timed out
+or its connection broke after the request went out: the broker may have
+committed) is never aborted: the sink settles it (``settle``: a new producer with
+the same ``transactional.id`` whose ``init_transactions`` makes the coordinator
+finish the commit it received or abort it), then the group's committed offsets
+tell which: committed, the batch goes on to step 5; not, it is rolled back. If it
+cannot be settled the engine stops with ``CommitOutcomeUnknownError``, neither
+aborting nor rewinding, and the restart's ``init_transactions`` settles it.
 
 With a ``collector`` (ktstream.engine.collector; on with ``engine.gc_tuning``) the engine,
 while ``run`` loops (or after ``collector.start()``), collects garbage itself between
@@ -51,6 +66,14 @@ from ktstream.metrics import EngineMetrics
 log = logging.getLogger(__name__)
 
 
+class CommitOutcomeUnknownError(CommitError):
+    """A transaction's commit was asked for but its outcome is unknown: never abort it or rewind."""
+
+
+class RetriesExhaustedError(EngineError):
+    """A micro-batch was rolled back more than ``max_batch_retries`` times in a row."""
+
+
 class Watcher(Protocol):
     """Looks for a newly promoted model version (ktstream.finetune.watcher.RegistryWatcher)."""
 
@@ -60,8 +83,12 @@ class Watcher(Protocol):
 class Engine:
     def __init__(self, source: Source, sink: Sink, processor: Processor, metrics: EngineMetrics | None = None,
                  max_batch: int = 1000, poll_timeout_s: float = 0.05, flush_timeout_s: float = 30.0,
-                 gauge_interval_s: float = 1.0, rebuild_chunk: int = 256, collector: BatchCollector | None = None):
+                 gauge_interval_s: float = 1.0, rebuild_chunk: int = 256, collector: BatchCollector | None = None,
+                 max_output_bytes: int = 1_048_576, max_batch_retries: int = 10):
         self.source, self.sink, self.processor = source, sink, processor
+        # the largest record sent: the setting, or less if the sink's producer refuses less
+        self.max_output_bytes = min(max_output_bytes, getattr(sink, "max_record_bytes", max_output_bytes))
+        self.max_batch_retries, self.retries = max_batch_retries, 0  # rollbacks in a row
         self.cache = processor.cache
         self.metrics = metrics or EngineMetrics()
         self.max_batch, self.poll_timeout_s, self.flush_timeout_s = max_batch, poll_timeout_s, flush_timeout_s
@@ -143,9 +170,11 @@ class Engine:
             return None
         start = time.perf_counter()
         batch = self.processor.process(records)
+        self.processor.drop_oversized(batch, self.max_output_bytes)
         self._timed("process", start)
         if not (self._transaction(batch) if self.transactional else self._flush_and_commit(batch)):
             return None
+        self.retries = 0
         flushed, start = now_ms(), time.perf_counter()
         self.cache.apply(batch.staged, batch.offsets)
         self._timed("apply", start)
@@ -154,7 +183,8 @@ class Engine:
         return batch
 
     def run(self, stop: threading.Event, until: Callable[[], bool] | None = None) -> None:
-        """Loop until ``stop`` is set (or ``until()`` holds); sink failures are retried after a pause.
+        """Loop until ``stop`` is set (or ``until()`` holds); sink failures are retried after a pause, at
+        most ``max_batch_retries`` times in a row (then ``RetriesExhaustedError`` stops the loop).
         While it loops, the engine's collector (if any) does the process's garbage collection."""
         if self.collector is not None:
             self.collector.start()
@@ -221,6 +251,8 @@ class Engine:
         try:
             self.sink.commit(batch.offsets, self.source.group_metadata(), self.flush_timeout_s)
             self._timed("commit", start)  # the transaction's commit waits for its records too (no flush phase)
+        except CommitOutcomeUnknownError as exc:
+            return self._settle(batch, exc)
         except (CommitError, SinkError) as exc:
             self.sink.abort()
             self._roll_back(batch, "commit")
@@ -234,10 +266,44 @@ class Engine:
         self.metrics.loop_time(phase, now - start)
         return now
 
+    def _settle(self, batch: Batch, unknown: CommitOutcomeUnknownError) -> bool:
+        """Learn whether a transaction whose commit outcome is unknown committed; True if it did."""
+        self.metrics.failures.labels("commit_unknown").inc()
+        log.warning("transaction commit outcome unknown for %s (%s); settling it", sorted(batch.offsets), unknown)
+        try:
+            self.sink.settle()
+            committed = {tp: self._committed(tp) for tp in batch.offsets}
+        except EngineError as exc:
+            raise CommitOutcomeUnknownError(f"{unknown}; settling it failed ({exc}): stopping without an abort or "
+                                            f"a rewind, a restart's init_transactions settles it") from exc
+        if all(c is not None and c >= batch.offsets[tp] for tp, c in committed.items()):
+            log.warning("the transaction had committed: the batch goes on")
+            return True
+        if all(c is None or c <= batch.first_offsets[tp] for tp, c in committed.items()):
+            self._roll_back(batch, "commit")
+            log.warning("the transaction had not committed: the batch will be processed again")
+            return False
+        raise CommitOutcomeUnknownError(f"{unknown}; the committed offsets {committed} are neither the batch's "
+                                        f"{batch.offsets} nor before it")
+
+    def _committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of ``tp`` (a consumer asks the broker; MemorySource keeps a dict)."""
+        committed = getattr(self.source, "committed", None)
+        if committed is None:
+            raise EngineError("the source cannot tell its committed offsets")
+        return committed(tp) if callable(committed) else committed.get(tp)
+
     def _roll_back(self, batch: Batch, stage: str) -> None:
+        """Drop the batch (its staged states are never applied) and seek back to its first offsets; stop
+        once batches were rolled back more than ``max_batch_retries`` times in a row."""
         self.metrics.failures.labels(stage).inc()
         mine = self.source.assignment()
         self.source.seek({tp: off for tp, off in batch.first_offsets.items() if tp in mine})
+        self.retries += 1
+        if self.retries > self.max_batch_retries:
+            raise RetriesExhaustedError(f"a micro-batch was rolled back {self.retries} times in a row (last at "
+                                        f"{stage}; engine.max_batch_retries = {self.max_batch_retries}): stopping")
+        self.metrics.retries.inc()
 
     def _collect(self) -> None:
         """After a rebalance. Nothing is frozen before the first assignment, so the join's garbage is

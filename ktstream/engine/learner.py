@@ -10,9 +10,11 @@ Besides the model's state (leading dim 1) a learner keeps
   against the latest applied event time, duplicates by source offset;
 - counters and the model version that built the state (a hot swap rebuilds it);
 - the *raw window*: its most recent interactions as compact ``WindowRecord``
-  tuples (oldest first; ids interned, so each record costs about 180 bytes),
-  from which a hot swap rebuilds the state with new weights
-  (ktstream.engine.swap; ktstream.finetune.rebuild).
+  tuples (oldest first), from which a hot swap rebuilds the state with new
+  weights (ktstream.engine.swap; ktstream.finetune.rebuild). It is bounded in
+  records and in bytes (``window_nbytes``: the tuples plus every id string,
+  counted as if no other learner shared it), so a learner with long ids cannot
+  grow its cached state or its changelog record without bound.
 
 A ``LearnerState`` held by the cache is never mutated: the engine works on a
 ``copy()`` and the copy replaces the cached one only after the commit.
@@ -20,6 +22,7 @@ A ``LearnerState`` held by the cache is never mutated: the engine works on a
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -27,11 +30,12 @@ from ktstream.engine.records import TopicPartition
 from ktstream.models.base import State
 from ktstream.models.arena import RowState
 
-#: Rough cost of the Python objects around the tensors (dataclass, dict, strings).
+#: Rough cost of the Python objects around the tensors (dataclass, cache entries); the id strings
+#: are counted with ``str_nbytes``.
 OVERHEAD_BYTES = 400
-#: Rough cost of one raw-window record (the tuple, its concept tuple, the time and seq ints;
-#: the interned id strings are shared with every other learner).
-WINDOW_RECORD_BYTES = 180  # measured with tracemalloc: 181 bytes
+#: One raw-window record besides its strings: the tuple, its concept tuple (8 bytes more per
+#: concept), the time and seq ints (tracemalloc: 166-220 bytes + 8 per concept).
+WINDOW_RECORD_BYTES = 176
 
 
 class WindowRecord(NamedTuple):
@@ -58,6 +62,27 @@ def step_key(step_id: str | None, event_time_ms: int | None) -> tuple[str, Any] 
 
 def _record_key(rec: WindowRecord) -> tuple[str, Any] | None:
     return step_key(rec.step_id, rec.event_time_ms)
+
+
+def str_nbytes(s: str | None) -> int:
+    """Bytes a string object takes (allocations are 16-byte aligned); 0 for None.
+
+    >>> str_nbytes("q1"), str_nbytes("x" * 250), str_nbytes(None)
+    (64, 304, 0)
+    """
+    return 0 if s is None else -(-sys.getsizeof(s) // 16) * 16
+
+
+def record_nbytes(rec: WindowRecord) -> int:
+    """Bytes one raw-window record holds, its id strings included as if it were their only holder
+    (interned ids shared by many learners are counted once per record: an upper bound)."""
+    item_id, concept_ids, _, _, step_id, _ = rec
+    return (WINDOW_RECORD_BYTES + 8 * len(concept_ids) + str_nbytes(item_id) + str_nbytes(step_id)
+            + sum(map(str_nbytes, concept_ids)))
+
+
+def window_nbytes(window: tuple[WindowRecord, ...]) -> int:
+    return sum(map(record_nbytes, window))
 
 
 def memory_nbytes(*states: State | None) -> int:
@@ -87,19 +112,26 @@ class LearnerState:
     responses: int = 0
     late: int = 0
     window: tuple[WindowRecord, ...] = ()
+    window_bytes: int = -1  # window_nbytes(window), kept up to date by remember (-1: computed at construction)
+
+    def __post_init__(self) -> None:
+        if self.window_bytes < 0:
+            self.window_bytes = window_nbytes(self.window)
 
     def copy(self) -> "LearnerState":
         """A working copy; tensors are shared (the model's update returns new ones)."""
         return LearnerState(self.learner_id, self.state, self.model_version, self.partition, self.step_key,
                             self.step_state, self.last_event_time_ms, self.last_event_id, self.last_offset,
-                            self.events, self.responses, self.late, self.window)
+                            self.events, self.responses, self.late, self.window, self.window_bytes)
 
     @property
     def nbytes(self) -> int:
-        return (memory_nbytes(self.state, self.step_state) + OVERHEAD_BYTES + len(self.learner_id)
-                + WINDOW_RECORD_BYTES * len(self.window))
+        """Bytes this state holds: tensors, the raw window and every string, each id as if unshared."""
+        step_id = self.step_key[1] if self.step_key is not None and isinstance(self.step_key[1], str) else None
+        return (memory_nbytes(self.state, self.step_state) + OVERHEAD_BYTES + str_nbytes(self.learner_id)
+                + str_nbytes(self.last_event_id) + str_nbytes(step_id) + self.window_bytes)
 
-    def remember(self, record: WindowRecord, keep: int) -> None:
+    def remember(self, record: WindowRecord, keep: int, max_bytes: int | None = None) -> None:
         """Append an applied event to the raw window (0: keep none).
 
         The window keeps the open step's records and at least the last ``keep`` interactions with a
@@ -108,10 +140,15 @@ class LearnerState:
         that sees the last ``keep`` interactions. It is trimmed once it is ``keep // 8`` (at least
         8) records over, so trimming costs O(1) per event on average; a single open step longer
         than ``2 * keep`` records is cut too (bounded memory beats exactness there).
+
+        With ``max_bytes`` the window also never holds more than that many bytes (``window_nbytes``):
+        the oldest records go first, the open step's too if need be, down to none when the newest
+        record alone is larger.
         """
         if keep <= 0:
             return
         w = self.window + (record,)
+        size = self.window_bytes + record_nbytes(record)
         if len(w) > keep + max(8, keep // 8):
             key = _record_key(record)
             step = len(w) - 1
@@ -122,8 +159,16 @@ class LearnerState:
             while start < step and (excess > 0 or w[start].response is None):
                 excess -= w[start].response is not None
                 start += 1
-            w = w[start:][-2 * keep:]
-        self.window = w
+            cut = max(start, len(w) - 2 * keep)
+            size -= window_nbytes(w[:cut])
+            w = w[cut:]
+        if max_bytes is not None and size > max_bytes:
+            cut = 0
+            while cut < len(w) and size > max_bytes:
+                size -= record_nbytes(w[cut])
+                cut += 1
+            w = w[cut:]
+        self.window, self.window_bytes = w, size
 
     def query_state(self, key: tuple[str, Any] | None) -> State:
         """State to predict an interaction with step key ``key`` from; opens a new step if needed."""

@@ -12,10 +12,19 @@ Steps (``Processor.process``):
    commit and what the metrics need. Nothing is applied here: the engine makes
    the staged states current only after the sink flushed and the offsets were
    committed (ktstream.engine.engine).
+
+Before sending, the engine asks ``drop_oversized`` to check every output's size
+(changelog records included, which a subclass adds after ``process``): a learner
+with a prediction or changelog record over the limit can never be sent, so its
+events of the batch become ``output_too_large`` dead letters and its staged state
+is dropped (it keeps its committed state); a dead letter over the limit keeps
+fewer original bytes (its source offset points at the whole record).
 """
 
 from __future__ import annotations
 
+import base64
+import json
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
@@ -27,6 +36,16 @@ from ktstream.engine.records import Output, Record, TopicPartition
 from ktstream.engine.runner import ModelRunner
 from ktstream.engine.state_cache import StateCache
 from ktstream.engine.swap import rebuild_learners, window_record
+
+#: What a record costs in a Kafka request besides its key, value and headers (record-batch header:
+#: 61 bytes; the record's own length, delta and count varints: at most about 30).
+RECORD_OVERHEAD_BYTES = 128
+
+
+def output_nbytes(o: Output) -> int:
+    """The size an output has in a produce request (an upper bound of kafka-python's estimate)."""
+    headers = sum(len(k.encode()) + len(v or b"") for k, v in getattr(o, "headers", ()))
+    return len(o.key or b"") + len(o.value or b"") + headers + RECORD_OVERHEAD_BYTES
 
 
 @dataclass
@@ -45,17 +64,20 @@ class Batch:
     end_to_end_ms: list[int] = field(default_factory=list)  # produced - event time
     outcomes: list[tuple[float, int]] = field(default_factory=list)  # (p_correct, response), binary
     rebuilt: int = 0  # learner states rebuilt for this batch after a model swap
+    predicted: dict[str, list[Record]] = field(default_factory=dict)  # learner -> records it predicted
+    metric_learners: tuple[list[str], list[str]] = field(default_factory=lambda: ([], []))  # of end_to_end, outcomes
 
 
 class Processor:
     def __init__(self, runner: ModelRunner, cache: StateCache, predictions_topic: str, dead_letter_topic: str,
                  late_policy: LatePolicy = "dead-letter", max_record_bytes: int = 65536, window: int = 200,
-                 max_clock_skew_s: float = 300.0):
+                 max_clock_skew_s: float = 300.0, window_bytes: int | None = 262_144):
         self.runner, self.cache = runner, cache
         self.max_clock_skew_ms = int(max_clock_skew_s * 1000)  # later event times are dead-lettered as future
         self.predictions_topic, self.dead_letter_topic = predictions_topic, dead_letter_topic
         self.late_policy, self.max_record_bytes = late_policy, max_record_bytes
         self.window = window  # raw interactions kept per learner for rebuilding after a swap
+        self.window_bytes = window_bytes  # and the bytes they may hold (None: no bound)
         self.stale: deque[str] = deque()  # cached learners still to rebuild in the background
 
     def swap(self, runner: ModelRunner) -> None:
@@ -111,7 +133,7 @@ class Processor:
             fields = messages.describe_rows(extras, concepts)
         for p, row, f, seq in zip(flat, probs.tolist(), fields, seqs):
             self._predict(batch, p.decoded, row, p.late, f)
-            p.learner.remember(window_record(p.decoded, seq), self.window)
+            p.learner.remember(window_record(p.decoded, seq), self.window, self.window_bytes)
         batch.wave_sizes = [len(wave) for wave in planned.waves]
         touched = dict.fromkeys(p.learner.learner_id for p in flat)
         batch.staged = [learners[lid] for lid in touched]
@@ -142,13 +164,67 @@ class Processor:
     def _predict(self, batch: Batch, d: Decoded, probs: list[float], late: bool, fields: dict | None) -> None:
         out, produced = messages.prediction(self.predictions_topic, d, self.runner.name, self.runner.version,
                                             probs, late, batch.received_ms, fields)
+        lid = d.event.learner_id
         batch.outputs.append(out)
         batch.predictions += 1
+        batch.predicted.setdefault(lid, []).append(d.record)
         if d.event_time_ms is not None:
             batch.end_to_end_ms.append(produced - d.event_time_ms)
+            batch.metric_learners[0].append(lid)
         if len(probs) == 2 and d.event.response is not None:
             batch.outcomes.append((probs[1], d.event.response))
+            batch.metric_learners[1].append(lid)
 
     def _dead_letter(self, batch: Batch, record: Record, reason: str, detail: str) -> None:
         batch.outputs.append(messages.dead_letter(self.dead_letter_topic, record, reason, detail))
         batch.dead_letters[reason] += 1
+
+    def drop_oversized(self, batch: Batch, limit: int) -> int:
+        """Make every output of ``batch`` at most ``limit`` bytes (``output_nbytes``) before it is sent.
+
+        A learner with a larger prediction or changelog record loses all its outputs of the batch and
+        its staged state; each event it predicted becomes an ``output_too_large`` dead letter instead.
+        A larger dead letter keeps fewer original bytes. Returns how many learners were dropped."""
+        too_large: dict[bytes, tuple[str, int]] = {}  # learner key -> (topic, size) of its first oversized output
+        for o in batch.outputs:
+            if o.topic != self.dead_letter_topic and o.key not in too_large and (size := output_nbytes(o)) > limit:
+                too_large[o.key] = (o.topic, size)
+        if too_large:
+            self._drop_learners(batch, too_large, limit)
+        for i, o in enumerate(batch.outputs):
+            if o.topic == self.dead_letter_topic and (size := output_nbytes(o)) > limit:
+                batch.outputs[i] = _shrunk_dead_letter(o, size - limit)
+        return len(too_large)
+
+    def _drop_learners(self, batch: Batch, too_large: dict[bytes, tuple[str, int]], limit: int) -> None:
+        learners = {lid.encode(): lid for lid in batch.predicted}
+        assert set(too_large) <= set(learners), "an oversized output that belongs to no learner of the batch"
+        dropped = {learners[key] for key in too_large}
+        batch.outputs = [o for o in batch.outputs if o.topic == self.dead_letter_topic or o.key not in too_large]
+        batch.staged = [st for st in batch.staged if st.learner_id not in dropped]
+        for key, (topic, size) in too_large.items():
+            lid = learners[key]
+            detail = (f"learner {lid[:200]!r}: its record for {topic} would take {size} bytes, over the "
+                      f"{limit}-byte limit (engine.max_output_record_bytes); its events of this batch are "
+                      f"dead-lettered and its state is kept as it was")
+            for rec in batch.predicted.pop(lid):
+                self._dead_letter(batch, rec, "output_too_large", detail)
+                batch.predictions -= 1
+        (e2e_learners, outcome_learners), keep = batch.metric_learners, lambda lid: lid not in dropped
+        batch.end_to_end_ms = [x for x, lid in zip(batch.end_to_end_ms, e2e_learners) if keep(lid)]
+        batch.outcomes = [x for x, lid in zip(batch.outcomes, outcome_learners) if keep(lid)]
+        batch.metric_learners = ([lid for lid in e2e_learners if keep(lid)],
+                                 [lid for lid in outcome_learners if keep(lid)])
+
+
+def _shrunk_dead_letter(o: Output, excess: int) -> Output:
+    """``o`` (a DeadLetter) with at least ``excess`` fewer bytes: less of its original record (and no key,
+    if the key alone is too large)."""
+    msg = json.loads(o.value)
+    original = base64.b64decode(msg["original"])
+    keep = max(0, len(original) - (excess + 300) * 3 // 4 - 3)
+    msg["original"] = base64.b64encode(original[:keep]).decode()
+    msg["detail"] = (msg["detail"][:1000] + f" [original truncated to its first {keep} of {len(original)} bytes "
+                     f"to fit the output limit; the full record is at its source offset]")
+    value = json.dumps(msg, separators=(",", ":"), ensure_ascii=False).encode()
+    return Output(o.topic, o.key if len(value) <= len(o.value) - excess else None, value)

@@ -49,9 +49,10 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
         processor_cls = ChangelogProcessor
     processor = processor_cls(runner, StateCache(e.cache_max_bytes, store), k.topics.predictions,
                               k.topics.dead_letters, e.late_policy, e.max_record_bytes, e.rebuild_window,
-                              max_clock_skew_s=e.max_clock_skew_s, **extra)
+                              max_clock_skew_s=e.max_clock_skew_s, window_bytes=e.rebuild_window_bytes, **extra)
     engine = Engine(source, sink, processor, metrics, e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s,
-                    rebuild_chunk=e.rebuild_chunk, collector=collector_for(e))
+                    rebuild_chunk=e.rebuild_chunk, collector=collector_for(e),
+                    max_output_bytes=e.max_output_record_bytes, max_batch_retries=e.max_batch_retries)
     if attach is not None:
         engine.state_manager = attach(engine)
     if settings.model.registry is not None:  # hot swap: newly promoted versions are served between micro-batches

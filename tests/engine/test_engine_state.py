@@ -9,7 +9,7 @@ import torch
 
 from ktstream.data.histories import Interactions
 from ktstream.engine.exceptions import SinkError
-from ktstream.engine.learner import OVERHEAD_BYTES, LearnerState
+from ktstream.engine.learner import OVERHEAD_BYTES, LearnerState, str_nbytes
 from ktstream.engine.records import MemorySink
 from ktstream.engine.state_cache import StateCache
 from ktstream.models import create
@@ -21,7 +21,7 @@ def learner(lid, floats=100, partition=("ev", 0)):
 
 def test_lru_eviction_by_bytes():
     size = learner("a").nbytes
-    assert size == 400 + OVERHEAD_BYTES + 1
+    assert size == 400 + OVERHEAD_BYTES + str_nbytes("a")
     cache = StateCache(max_bytes=3 * size)
     for lid in "abc":
         cache.put(learner(lid))
@@ -47,14 +47,14 @@ def test_an_attention_cache_counts_its_whole_row_once():
     row = sum(v.nbytes for k, v in first.items() if k != "count") * (8 + 16) // 8  # W + spare slots
     assert second.row is first.row
     st = LearnerState("a", second, "v1", step_state=first)
-    assert st.nbytes == row + 8 + OVERHEAD_BYTES + 1  # the row and a count, once
+    assert st.nbytes == row + 8 + OVERHEAD_BYTES + str_nbytes("a")  # the row and a count, once
 
 
 def test_working_copy_carries_every_field_and_shares_no_mutable_state():
     values = {"learner_id": "a", "state": {"h": torch.ones(1, 2)}, "model_version": "v7", "partition": ("ev", 3),
               "step_key": ("t", 5), "step_state": {"h": torch.zeros(1, 2)}, "last_event_time_ms": 5,
               "last_event_id": "e9", "last_offset": 41, "events": 9, "responses": 8, "late": 1,
-              "window": (("q", (), 1, 5, None, 8),)}
+              "window": (("q", (), 1, 5, None, 8),), "window_bytes": 240}
     assert set(values) == {f.name for f in dataclasses.fields(LearnerState)}, "new field: give it a value here"
     original = LearnerState(**values)
     work = original.copy()

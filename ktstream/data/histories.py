@@ -11,6 +11,7 @@ use interactions at positions < step_start[b, t] only (invariant 1).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Iterable, Sequence
 
@@ -104,6 +105,26 @@ class Histories:
         return Histories(self.items[:, start:stop], self.concepts[:, start:stop],
                          self.responses[:, start:stop], self.times[:, start:stop], ss,
                          self.mask[:, start:stop])
+
+    def spans(self, first: torch.Tensor, stop: torch.Tensor) -> "Histories":
+        """Row b's positions [first[b], stop[b]), left-aligned and padded to the longest (windows cut
+        per learner); step_start re-based as in ``window``."""
+        lo, hi = int(first.min()), int(first.max())
+        if lo == hi and bool((stop == stop[0]).all()):
+            return self.window(lo, max(lo, int(stop[0])))
+        T, C = self.shape[1], self.concepts.shape[2]
+        width = int((stop - first).clamp(min=0).max())
+        offset = torch.arange(width, device=first.device)
+        pos = first.unsqueeze(1) + offset  # (B, W) position of each slot
+        inside = pos < stop.unsqueeze(1)
+        idx = pos.clamp(max=T - 1)
+        take = lambda x: x.gather(1, idx)  # noqa: E731
+        return Histories(torch.where(inside, take(self.items), PAD),
+                         self.concepts.gather(1, idx.unsqueeze(-1).expand(-1, -1, C)) * inside.unsqueeze(-1),
+                         torch.where(inside, take(self.responses), NO_RESPONSE),
+                         torch.where(inside, take(self.times), math.nan),
+                         torch.where(inside, (take(self.step_start) - first.unsqueeze(1)).clamp(min=0), offset),
+                         take(self.mask) & inside)
 
     def select(self, rows) -> "Histories":
         return Histories(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})

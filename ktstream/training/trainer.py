@@ -1,11 +1,12 @@
 """Fit a model on learner histories, select on a validation split, predict.
 
-Long histories are cut into windows of ``chunk`` positions. Recurrent models
-(``carries_state``) carry their state across windows, detached (truncated
-BPTT); attention models see ``receptive_field()`` earlier positions as context
-and are scored only on the window's own positions. A window may begin inside a
-step; positions of such a step are left out of the loss, since the carried
-state already holds their step mates' responses.
+Long histories are cut into windows of ``chunk`` positions. Models that
+``carries_state`` carry their state across windows, detached (truncated BPTT);
+others see ``receptive_field()`` earlier positions as context and are scored
+only on the window's own positions. A window that ends inside a learner's step
+ends early for that learner, at the step's start, so the state it carries is
+the state as of the step's start: the step's members are predicted from it (as
+in serving) and applied in the next window.
 
 Selection (early stopping, best epoch) reads the validation split only; the
 caller scores the test split once, afterwards.
@@ -29,7 +30,7 @@ from tqdm import tqdm
 
 from ktstream.data.histories import Histories, LearnerHistory, collate
 from ktstream.evaluation.metrics import auc
-from ktstream.models.base import KTModel
+from ktstream.models.base import KTModel, select_state
 from ktstream.training.precision import check_autocast
 
 log = logging.getLogger(__name__)
@@ -131,17 +132,14 @@ def _batches(histories: Sequence[LearnerHistory], batch_size: int, rng: np.rando
     return [[histories[i] for i in g] for g in groups]
 
 
-def _windows(model: KTModel, batch: Histories, chunk: int) -> Iterator[tuple[int, int, int]]:
-    """(context_start, start, stop) of each window of at most ``chunk`` positions.
+def _windows(batch: Histories, chunk: int) -> Iterator[tuple[int, int]]:
+    """(start, stop) of each window of at most ``chunk`` positions.
 
     A window ends where no learner of the batch is inside a step (every row starts a step there,
-    or is padding), when such a point exists in its second half: a step cut by a window would
-    have its later members predicted after its earlier ones were applied (invariant 1). Where no
-    such point exists the cut falls inside a step and ``forward_windows`` leaves those positions
-    out of the loss.
+    or is padding), when such a point exists in its second half: no learner's part of the window
+    then ends early (``forward_windows``), and one forward predicts the whole window.
     """
     T = batch.shape[1]
-    field_ = model.receptive_field()
     positions = torch.arange(T, device=batch.step_start.device)
     clean = ((batch.step_start == positions) | ~batch.mask).all(0).tolist()  # (T,) a cut before t splits nothing
     start = 0
@@ -149,25 +147,74 @@ def _windows(model: KTModel, batch: Histories, chunk: int) -> Iterator[tuple[int
         stop = min(T, start + chunk)
         if stop < T:
             stop = next((c for c in range(stop, start + max(1, chunk // 2), -1) if clean[c]), stop)
-        ctx = start if model.carries_state or field_ is None else max(0, start - field_)
-        yield ctx, start, stop
+        yield start, stop
         start = stop
 
 
+def _step_cuts(batch: Histories, stop: int, applied_to: torch.Tensor) -> torch.Tensor:
+    """(B,) where each learner's applied part of a window ending at ``stop`` ends: ``stop``, or the
+    first position of the step that ``stop`` would split (never before ``applied_to``, what its
+    state already holds)."""
+    if stop >= batch.shape[1]:
+        return torch.full_like(applied_to, stop)
+    step = batch.step_start[:, stop]
+    inside = batch.mask[:, stop] & (step < stop)
+    return torch.where(inside, torch.maximum(step, applied_to), torch.full_like(step, stop))
+
+
+def _predict_span(model: KTModel, batch: Histories, first: torch.Tensor, last: torch.Tensor, state,
+                  start: int, width: int):
+    """Row b fed its positions [first[b], last[b]) after ``state`` (the state as of ``first``; models
+    that carry none see ``receptive_field()`` positions before as context). Returns the log-probs
+    (B, width, K) at positions [start, start + width) (meaningful where first <= p < last) and the
+    state after, or (None, state) when no row has a position to feed."""
+    field_ = model.receptive_field()
+    ctx = first if model.carries_state or field_ is None else (first - field_).clamp(min=0)
+    part = batch.spans(ctx, last)
+    if part.shape[1] == 0:
+        return None, state
+    if model.carries_state:
+        log_probs, state = model(part, state)
+    else:
+        log_probs, _ = model(part)
+    if part.shape[1] == width and bool((ctx == start).all()):
+        return log_probs, state
+    idx = ((start - ctx).unsqueeze(1) + torch.arange(width, device=ctx.device)).clamp(0, part.shape[1] - 1)
+    return log_probs.gather(1, idx.unsqueeze(-1).expand(-1, -1, log_probs.shape[-1])), state
+
+
 def forward_windows(model: KTModel, batch: Histories, chunk: int) -> Iterator[tuple[torch.Tensor, torch.Tensor, Histories]]:
-    """Yield (log_probs, loss_mask, window) for each window of a batch, in order."""
+    """Yield (log_probs, loss_mask, window) for each window [start, stop) of a batch, in order.
+
+    Every position is predicted from the state as of its step's start, as the serving path does
+    (invariant 1), also where a window cuts a step: a learner whose step ``stop`` would split
+    carries the state as of that step's start, the step's members before ``stop`` are predicted
+    from it by a second, short forward, and the next window feeds the learner from the step's
+    start on.
+    """
+    B, T = batch.shape
+    applied_to = torch.zeros(B, dtype=torch.long, device=batch.items.device)  # positions the carried state holds
     state = None
-    for ctx, start, stop in _windows(model, batch, chunk):
-        window = batch.window(ctx, stop)
-        if model.carries_state:
-            log_probs, state = model(window, state)
-            state = {k: v.detach() for k, v in state.items()} if state is not None else None
-        else:
-            log_probs, _ = model(window)
-        own = slice(start - ctx, stop - ctx)
-        keep = window.mask[:, own] & (window.responses[:, own] >= 0)
-        keep &= batch.step_start[:, start:stop] >= start  # step began in an earlier window
-        yield log_probs[:, own], keep, window.window(start - ctx, stop - ctx)
+    for start, stop in _windows(batch, chunk):
+        width = stop - start
+        cut = _step_cuts(batch, stop, applied_to)
+        log_probs, state_after = _predict_span(model, batch, applied_to, cut, state, start, width)
+        split = (cut < stop).nonzero().squeeze(1)  # learners inside a step at ``stop``
+        if len(split):
+            first = cut[split] if not model.carries_state else cut[split].clamp(min=start)
+            mates, _ = _predict_span(model, batch.select(split), first, torch.full_like(first, stop),
+                                     None if state_after is None else select_state(state_after, split),
+                                     start, width)  # (S, width, K)
+            positions = torch.arange(start, stop, device=cut.device)
+            in_step = (positions >= cut[split].unsqueeze(1)).unsqueeze(-1)  # (S, width, 1)
+            if log_probs is None:
+                log_probs = mates.new_zeros(B, width, mates.shape[-1])
+            log_probs = log_probs.index_put((split,), torch.where(in_step, mates, log_probs[split]))
+        if model.carries_state and state_after is not None:
+            state = {k: v.detach() for k, v in state_after.items()}
+        applied_to = cut
+        window = batch.window(start, stop)
+        yield log_probs, window.applied, window
 
 
 def _loss(model: KTModel, batch: Histories, chunk: int) -> tuple[torch.Tensor, int]:

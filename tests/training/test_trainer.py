@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from ktstream.data.histories import collate
-from ktstream.models import create
+from ktstream.data.histories import NO_RESPONSE, LearnerHistory, collate
+from ktstream.models import create, family, names
+from ktstream.models.serving import replay
 from ktstream.training import precision
 from ktstream.training.precision import supports_autocast
 from ktstream.training.trainer import TrainConfig, fit, forward_windows, predict_histories, score
@@ -102,17 +103,71 @@ def test_windows_equal_full_forward_and_cut_between_steps(make_histories):
     assert torch.allclose(joined[hist.mask], full[hist.mask], atol=1e-5)
 
 
-def test_a_cut_inside_a_step_leaves_its_later_members_out_of_the_loss(make_histories):
-    """One long step per learner: no clean cut exists, so the split members are not scored."""
+def test_a_cut_inside_a_step_scores_its_later_members_from_the_steps_start(make_histories):
+    """One long step per learner: no clean cut exists, the window is cut inside the step, and the
+    members after the cut are still scored, predicted as the whole forward predicts them."""
     torch.manual_seed(0)
     model = create("dkt", n_items=30, n_concepts=12, dim=8, hidden=8).eval()
     _, hist = make_histories([40, 40], step_prob=0.0, seed=4)
     hist.step_start[:, 10:30] = 10  # positions 10..29: one step
     with torch.no_grad():
+        full, _ = model(hist)
         parts = list(forward_windows(model, hist, chunk=16))
     keep = torch.cat([k for _, k, _ in parts], dim=1)
-    assert parts[0][2].shape[1] == 10, "cut at the step's start, in the window's second half"
-    assert not keep[:, 26:30].any() and keep[:, 10:26].all(), "members after the forced cut at 26 dropped"
+    joined = torch.cat([lp for lp, _, _ in parts], dim=1)
+    assert [w.shape[1] for _, _, w in parts] == [10, 16, 14], "cut at the step's start, then forced inside it"
+    assert torch.equal(keep, hist.applied), "every position with a response is in the loss"
+    assert torch.allclose(joined, full, atol=1e-5)
+
+
+def straddling_learner(K: int, step: tuple[int, int], length: int = 20, seed: int = 0) -> LearnerHistory:
+    """One learner whose positions ``step`` [a, b) share an event time: one step."""
+    rng = np.random.default_rng(seed)
+    h = random_learner(rng, length, 30, 12, K, step_prob=0.0)
+    a, b = step
+    h.times[a:b] = h.times[a]
+    h.step_start[a:b] = a
+    return h
+
+
+@pytest.mark.parametrize("step", [(3, 13), (0, 20)], ids=["positions 3-12", "every position"])
+@pytest.mark.parametrize("name", names())
+def test_a_step_cut_by_a_window_is_predicted_from_its_start(name, step):
+    """Chunk 8 cuts the step at 8: flipping the responses of its members 3-7 must leave the
+    predictions of its members 8-12 as they were, and the windows must predict what serving does."""
+    torch.manual_seed(0)
+    model = create(name, n_items=30, n_concepts=12, **family(name).tiny_config).eval()
+    h = straddling_learner(2, step)
+    flipped = straddling_learner(2, step)
+    flipped.responses[3:8] = 1 - flipped.responses[3:8]
+    base = predict_histories(model, [h], chunk=8)[0]
+    moved = np.abs(predict_histories(model, [flipped], chunk=8)[0][8:13] - base[8:13]).max()
+    assert moved <= 1e-6, f"{name}: step mates' responses reached members across the cut ({moved:.2e})"
+    served, _ = replay(model, collate([h]))
+    assert np.allclose(base, served[0].numpy(), atol=1e-5), f"{name}: windows differ from serving"
+
+
+@pytest.mark.parametrize("name", names())
+def test_windows_of_a_mixed_batch_equal_serving(name, make_histories):
+    """Learners cut inside steps at different windows, one step longer than a window, requests
+    without a response: every window position, in the loss or not, is what serving predicts."""
+    torch.manual_seed(0)
+    model = create(name, n_items=30, n_concepts=12, **family(name).tiny_config).eval()
+    learners, _ = make_histories([45, 30, 12, 45], step_prob=0.6, seed=11)
+    learners[3] = straddling_learner(2, (5, 30), length=45, seed=12)  # 25 positions, more than a chunk
+    for h in learners[:2]:
+        h.responses[::7] = NO_RESPONSE
+    hist = collate(learners)
+    with torch.no_grad():
+        parts = list(forward_windows(model, hist, chunk=10))
+    cuts = torch.tensor([w.shape[1] for _, _, w in parts]).cumsum(0)[:-1].tolist()
+    assert any(bool(((hist.step_start[:, c] < c) & hist.mask[:, c]).any()) for c in cuts), "no cut inside a step"
+    joined = torch.cat([lp for lp, _, _ in parts], dim=1).exp()
+    served, _ = replay(model, hist)
+    m = hist.mask
+    assert torch.allclose(joined[m], served[m], atol=1e-5), \
+        f"{name}: windows differ from serving by {(joined[m] - served[m]).abs().max():.2e}"
+    assert torch.equal(torch.cat([k for _, k, _ in parts], dim=1), hist.applied)
 
 
 def test_refit_replays_the_selected_schedule_on_more_data():

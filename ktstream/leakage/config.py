@@ -18,7 +18,7 @@ from ktstream.training.trainer import TrainConfig
 
 #: Every check the gate knows, in the order it runs them.
 ALL_CHECKS = ("future_perturbation", "current_label_flip", "batch_independence", "serving_equivalence",
-              "attention_masking", "random_labels", "short_history", "split_disjoint", "windowed_after_split",
+              "path_equivalence", "attention_masking", "random_labels", "short_history", "split_disjoint", "windowed_after_split",
               "vocab_from_train", "selection_on_valid", "one_prediction_per_interaction", "repeated_rows")
 
 
@@ -44,7 +44,10 @@ class GateConfig:
     # model checks
     n_learners: int = 8  # sampled learners (random, seeded) for the model checks
     n_positions: int = 4  # perturbation positions per learner: first, last, and random ones
-    max_length: int = 200  # histories cut to this (raised to cross a model's window)
+    # probe length: histories continued (by other learners) or cut to this, raised to cross a windowed
+    # model's receptive field three times; steps and clocks synthesised when the data has none (probe_data)
+    max_length: int = 200
+    path_chunk: int = 16  # window of the trainer's paths in path_equivalence (small: many window boundaries)
     # random labels
     z: float = 3.29  # two-sided 0.001 false-alarm rate per check
     min_bound: float = 0.02  # floor of the random-label AUC bound

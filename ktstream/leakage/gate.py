@@ -37,7 +37,9 @@ from ktstream.leakage.causality import current_label_flip, future_perturbation
 from ktstream.leakage.config import ALL_CHECKS, GateConfig, GateData
 from ktstream.leakage.equivalence import serving_equivalence
 from ktstream.leakage.expansion import data_label, repeated_rows, repeated_rows_check
-from ktstream.leakage.probe import private_copy, probe_length, sample_learners
+from ktstream.leakage.paths import path_equivalence
+from ktstream.leakage.probe import private_copy, probe_length
+from ktstream.leakage.probe_data import probe_histories
 from ktstream.leakage.protocol import split_disjoint, vocab_from_train, windowed_after_split
 from ktstream.leakage.random_labels import random_labels_check
 from ktstream.leakage.report import CheckResult, GateReport
@@ -47,7 +49,7 @@ from ktstream.models.base import KTModel
 
 log = logging.getLogger(__name__)
 MODEL_CHECKS = ("future_perturbation", "current_label_flip", "batch_independence", "serving_equivalence",
-                "attention_masking")
+                "path_equivalence", "attention_masking")
 
 
 def run_gate(model: KTModel, data: GateData | Sequence[LearnerHistory], config: GateConfig | None = None
@@ -61,7 +63,8 @@ def run_gate(model: KTModel, data: GateData | Sequence[LearnerHistory], config: 
     if not isinstance(data, GateData):
         data = GateData(test=list(data))
     started = time.time()
-    runners = _runners(model, data, cfg)
+    cache: dict[str, object] = {}
+    runners = _runners(model, data, cfg, cache)
     checks = []
     for i, name in enumerate(ALL_CHECKS):
         if name not in cfg.checks:
@@ -77,12 +80,15 @@ def run_gate(model: KTModel, data: GateData | Sequence[LearnerHistory], config: 
         checks.append(result)
     repeats, rows = repeated_rows([h for hs in data.splits().values() for h in hs])
     labels = {"data": data_label(repeats / rows)} if rows else {}
+    if "probe_notes" in cache:
+        labels["probe"] = ", ".join(f"{k} {v}" for k, v in cache["probe_notes"].items())
     return GateReport(model.name, checks, labels, cfg.as_dict(), time.time() - started)
 
 
-def _runners(model: KTModel, data: GateData, cfg: GateConfig) -> dict[str, Callable[[np.random.Generator], CheckResult]]:
-    """One callable per check; the model copies and sampled learners are made once, when first needed."""
-    cache: dict[str, object] = {}
+def _runners(model: KTModel, data: GateData, cfg: GateConfig, cache: dict[str, object]
+             ) -> dict[str, Callable[[np.random.Generator], CheckResult]]:
+    """One callable per check; the model copies and probe histories are made once, into ``cache``, when
+    first needed."""
 
     def probe():
         if "probe" not in cache:
@@ -90,7 +96,7 @@ def _runners(model: KTModel, data: GateData, cfg: GateConfig) -> dict[str, Calla
                 raise ValueError("the model checks need at least one learner history")
             cache["probe"] = private_copy(model, cfg.precision)
             length = probe_length(model, cfg.max_length)
-            cache["learners"] = sample_learners(data.probe, cfg.n_learners, length, np.random.default_rng(cfg.seed))
+            cache["learners"], cache["probe_notes"] = probe_histories(data.probe, cfg.n_learners, length, cfg.seed)
         return cache["probe"], cache["learners"]
 
     def given():
@@ -103,6 +109,7 @@ def _runners(model: KTModel, data: GateData, cfg: GateConfig) -> dict[str, Calla
         "current_label_flip": lambda rng: current_label_flip(*probe(), cfg, rng),
         "batch_independence": lambda rng: batch_independence(*probe(), cfg, rng),
         "serving_equivalence": lambda rng: serving_equivalence(*probe(), cfg),
+        "path_equivalence": lambda rng: path_equivalence(*probe(), cfg),
         "attention_masking": lambda rng: attention_masking(*probe(), cfg),
         "random_labels": lambda rng: random_labels_check(model, data, cfg),
         "short_history": lambda rng: short_history_check(given(), data, cfg),

@@ -26,7 +26,6 @@ import contextlib
 import copy
 from typing import Iterator, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -43,18 +42,10 @@ def private_copy(model: KTModel, precision: str) -> KTModel:
 
 
 def probe_length(model: KTModel, max_length: int) -> int:
-    """History length for the checks: ``max_length``, raised to cross the model's window three times."""
+    """History length for the checks: ``max_length``, raised to cross the model's window three times
+    (`probe_data.probe_histories` continues shorter learners with others to reach it)."""
     field_ = model.receptive_field()
     return max(max_length, 3 * field_ + 5) if field_ else max_length
-
-
-def sample_learners(histories: Sequence[LearnerHistory], n: int, length: int,
-                    rng: np.random.Generator) -> list[LearnerHistory]:
-    """``n`` random learners with at least 2 interactions, cut to ``length`` positions."""
-    pool = [h for h in histories if len(h) >= 2]
-    assert pool, "the gate needs learners with at least 2 interactions"
-    picked = rng.choice(len(pool), size=min(n, len(pool)), replace=False)
-    return [pool[i].slice(0, min(len(pool[i]), length)) for i in sorted(picked)]
 
 
 @contextlib.contextmanager
@@ -75,9 +66,9 @@ def no_dropout(model: nn.Module) -> Iterator[None]:
             setattr(m, attr, value)
 
 
-@torch.no_grad()
-def forward_probs(model: KTModel, hist: Histories, mode: str, seed: int = 0) -> torch.Tensor:
-    """Training-path probabilities (B, T, K) in one of `MODES`; see the module docstring."""
+@contextlib.contextmanager
+def in_mode(model: KTModel, mode: str, seed: int = 0) -> Iterator[None]:
+    """Run the block in one of `MODES` with the RNG seeded; mode, RNG and buffers restored afterwards."""
     assert mode in MODES, f"mode must be one of {MODES}, got {mode!r}"
     was_training = model.training
     buffers = {k: v.clone() for k, v in model.named_buffers()}
@@ -86,11 +77,19 @@ def forward_probs(model: KTModel, hist: Histories, mode: str, seed: int = 0) -> 
         with torch.random.fork_rng(devices=[]), (no_dropout(model) if mode == "train_nodrop"
                                                  else contextlib.nullcontext()):
             torch.manual_seed(seed)
-            log_probs, _ = model(hist)
+            yield
     finally:
         model.train(was_training)
-        for k, v in model.named_buffers():
-            v.copy_(buffers[k])
+        with torch.no_grad():
+            for k, v in model.named_buffers():
+                v.copy_(buffers[k])
+
+
+@torch.no_grad()
+def forward_probs(model: KTModel, hist: Histories, mode: str, seed: int = 0) -> torch.Tensor:
+    """Training-path probabilities (B, T, K) in one of `MODES`; see the module docstring."""
+    with in_mode(model, mode, seed):
+        log_probs, _ = model(hist)
     return log_probs.exp()
 
 

@@ -11,6 +11,13 @@
 (d) `expanded_rows_data`: a DATA fixture, multi-concept questions expanded into
     one row per concept with the response copied (pyKT's preprocessing).
 (e) `PeekingLSTM`: an LSTM whose prediction at t reads its state after r_t.
+(f) `StepMateResponses`: an LSTM whose prediction at t reads the interactions
+    before t, not before t's step: the responses of earlier items of the same
+    step (revealed together, as an EdNet bundle) reach it. Invisible on data
+    without steps.
+(g) `NextEventTime`: an LSTM whose query carries the time until the learner's
+    next event (known only once that event happened). Invisible on data
+    without clocks.
 
 Serving (`predict`/`update`) recomputes the training path over a stored
 history buffer (`Recompute`), so each fixture is a complete `KTModel`: the
@@ -180,8 +187,50 @@ class PeekingLSTM(_LSTMBase):
         return F.log_softmax(self.out(torch.cat([after_t, self.question(h.items, h.concepts)], -1)), -1), None
 
 
+class _CausalLSTM(_LSTMBase):
+    """An honest LSTM head: the state at t's step start, and t's question (plus what `extra` adds)."""
+
+    def __init__(self, n_items, n_concepts, n_categories=2, dim=8, extra: int = 0):
+        super().__init__(n_items, n_concepts, n_categories, dim)
+        self.out = nn.Linear(2 * dim + extra, n_categories)
+
+    def before(self, h: Histories) -> torch.Tensor:
+        return gather_steps(self.states(h), h.step_start)  # (B, T, D)
+
+    def extra(self, h: Histories) -> list[torch.Tensor]:
+        return []
+
+    def forward(self, h: Histories, state=None):
+        x = torch.cat([self.before(h), self.question(h.items, h.concepts), *self.extra(h)], -1)
+        return F.log_softmax(self.out(x), -1), None
+
+
+class StepMateResponses(_CausalLSTM):
+    """(f) The state after every interaction before t, step mates included (THE BUG: not before t's step)."""
+
+    name = "leaky-step-mate-responses"
+
+    def before(self, h: Histories) -> torch.Tensor:
+        return self.states(h)[:, :-1]
+
+
+class NextEventTime(_CausalLSTM):
+    """(g) The query embeds log(1 + seconds until the next event) (THE BUG: the next event's time)."""
+
+    name = "leaky-next-event-time"
+
+    def __init__(self, n_items, n_concepts, n_categories=2, dim=8):
+        super().__init__(n_items, n_concepts, n_categories, dim, extra=1)
+
+    def extra(self, h: Histories) -> list[torch.Tensor]:
+        gap = torch.diff(h.times, append=h.times[:, -1:])  # (B, T): next time - this time; last: 0
+        gap = torch.nan_to_num(gap.masked_fill(~h.mask, 0.0), nan=0.0).clamp(min=0)
+        return [torch.log1p(gap / 60.0).unsqueeze(-1).to(self.out.weight.dtype)]
+
+
 LEAKY_MODELS = {"pooled_routing": PooledRouting, "second_softmax": SecondSoftmax,
-                "topk_resoftmax": TopKResoftmax, "peeking_lstm": PeekingLSTM}
+                "topk_resoftmax": TopKResoftmax, "peeking_lstm": PeekingLSTM,
+                "step_mate_responses": StepMateResponses, "next_event_time": NextEventTime}
 
 
 def expanded_rows_data(rng: np.random.Generator, n_learners: int, questions: int, n_items: int = 30,

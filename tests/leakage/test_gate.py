@@ -15,7 +15,7 @@ from tests.leakage.leaky_models import LEAKY_MODELS, expanded_rows_data
 from tests.leakage.realdata import akt_slice
 
 MODEL_CHECKS = ("future_perturbation", "current_label_flip", "batch_independence", "serving_equivalence",
-                "attention_masking")
+                "attention_masking")  # path_equivalence has tests of its own (test_paths.py)
 N_ITEMS, N_CONCEPTS = 30, 12
 
 # fixture -> the checks that must fail on it (each one catches it on its own)
@@ -24,6 +24,17 @@ CAUGHT_BY = {
     "second_softmax": ["attention_masking", "future_perturbation", "batch_independence"],
     "topk_resoftmax": ["attention_masking", "future_perturbation"],
     "peeking_lstm": ["current_label_flip", "future_perturbation", "serving_equivalence"],
+    "step_mate_responses": ["future_perturbation", "serving_equivalence"],
+    "next_event_time": ["future_perturbation", "serving_equivalence"],
+}
+
+# the four leaky designs that must fail on the default CI slice (no clocks, no steps, short learners), by the
+# check that must catch each; the last two passed the gate when it probed the data as given
+ON_THE_CI_SLICE = {
+    "pooled_routing": "future_perturbation",
+    "second_softmax": "attention_masking",
+    "step_mate_responses": "serving_equivalence",
+    "next_event_time": "future_perturbation",
 }
 
 
@@ -38,7 +49,7 @@ def random_learners():
 def test_leaky_model_fails_the_gate(fixture, random_learners):
     torch.manual_seed(0)
     model = LEAKY_MODELS[fixture](N_ITEMS, N_CONCEPTS)
-    report = run_gate(model, random_learners, GateConfig(checks=MODEL_CHECKS))
+    report = run_gate(model, random_learners, GateConfig(checks=MODEL_CHECKS, max_length=40))
     assert not report.passed, report.table()
     for check in CAUGHT_BY[fixture]:
         assert report[check].status == "fail", f"{fixture} not caught by {check}:\n{report.table()}"
@@ -125,6 +136,18 @@ def test_registered_model_passes_every_check_on_real_data(name, real_slice):
     applicable = {c.name for c in report.checks if c.status != "n/a"}
     assert {"future_perturbation", "random_labels", "short_history", "selection_on_valid"} <= applicable, \
         report.table()
+
+
+@pytest.mark.parametrize("fixture", sorted(ON_THE_CI_SLICE))
+def test_leaky_model_fails_on_the_ci_slice(fixture, real_slice):
+    """The slice has no clocks, no steps and learners of at most 150 rows: the probe must lengthen the
+    histories and give them steps and clocks, or a step or time leak goes unseen."""
+    check = ON_THE_CI_SLICE[fixture]
+    torch.manual_seed(0)
+    model = LEAKY_MODELS[fixture](real_slice.n_items, real_slice.n_concepts)
+    report = run_gate(model, real_slice, GateConfig(checks=(check,), max_length=60))
+    assert report[check].status == "fail", f"{fixture} not caught by {check}:\n{report.table()}"
+    assert "synthesised" in report.labels["probe"], report.labels
 
 
 def _windowed_families() -> list[str]:

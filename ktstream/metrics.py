@@ -94,6 +94,7 @@ class EngineMetrics:
         self.recent_end_to_end: deque[float] = deque(maxlen=recent)  # seconds, for live summaries
         self.recent_processing: deque[float] = deque(maxlen=recent)
         self._evictions_seen = 0
+        self._changelog_compacted: Gauge | None = None  # registered by changelog_compaction (durable state only)
         #: Plain running totals (consumed, predictions, dead:<reason>, ...) for summaries and tests.
         self.totals: Tally = Tally()
         for reason in ("oversized", "invalid_json", "schema", "missing_key", "key_mismatch", "future", "late",
@@ -118,6 +119,15 @@ class EngineMetrics:
         """Seconds of the loop in each phase so far, as exported (for benches and summaries)."""
         value = self.registry.get_sample_value
         return {phase: value("ktstream_loop_seconds_total", {"phase": phase}) for phase in LOOP_PHASES}
+
+    def changelog_compaction(self, compacted: bool) -> None:
+        """``ktstream_changelog_compacted``: 1 when the changelog topic is compacted, 0 when the broker
+        cannot compact it (``kafka.broker_compacts: false``); absent without durable state."""
+        if self._changelog_compacted is None:
+            self._changelog_compacted = Gauge("ktstream_changelog_compacted", "1: the state changelog topic is "
+                                              "compacted; 0: it is not (it keeps every committed state).",
+                                              registry=self.registry)
+        self._changelog_compacted.set(1 if compacted else 0)
 
     def model_info(self, name: str, version: str) -> None:
         self.model.info({"name": name, "version": version})

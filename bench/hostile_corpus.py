@@ -31,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.faults.hostile import accounting, as_records, hostile_corpus  # noqa: E402
 
-EVENTS, PREDICTIONS, DEAD, ARCHIVE_DEAD = "hostile.events", "hostile.predictions", "hostile.dead", "hostile.archive-dead"
+EVENTS, PREDICTIONS = "hostile.events", "hostile.predictions"
+DEAD, ARCHIVE_DEAD = "hostile.dead", "hostile.archive-dead"
 
 
 @dataclass(frozen=True)

@@ -28,8 +28,8 @@ learner's events are screened in order:
 >>> p = plan([ev("a", 0, 10), ev("b", 1, 10), ev("a", 2, 5), ev("a", 3, 20)], learners, "dead-letter")
 >>> [[x.decoded.record.offset for x in w] for w in p.waves], [d.record.offset for d in p.late]
 ([[0, 1], [3]], [2])
->>> again = decode(Record("ev", 0, 4, b"a", b'{"event_id":"e3","learner_id":"a","item_id":"q","event_time":20}'), 10_000)
->>> [d.record.offset for d in plan([ev("a", 3, 20), again], learners, "dead-letter").repeated]
+>>> again = Record("ev", 0, 4, b"a", b'{"event_id":"e3","learner_id":"a","item_id":"q","event_time":20}')
+>>> [d.record.offset for d in plan([ev("a", 3, 20), decode(again, 10_000)], learners, "dead-letter").repeated]
 [4]
 """
 

@@ -4,7 +4,9 @@
   (searches every partition database under DIR; safe while the engine runs: WAL readers never block);
 - ``export --state-dir DIR --topic T --partition P -o FILE``: one partition as JSON lines
   (learner rows, tensors as safetensors bytes in base64, and the input offset the store reflects);
-- ``import --state-dir DIR FILE``: the reverse, in one transaction (stop the engine first).
+- ``import --state-dir DIR FILE``: the reverse, in one transaction (stop the engine first). The file's
+  header must name a Kafka topic and partition (never a path: nothing is written outside DIR) and every
+  row must belong to that partition; otherwise nothing is written and the command exits with 2.
 """
 
 from __future__ import annotations
@@ -83,18 +85,50 @@ def export(args) -> int:
 
 
 def import_(args) -> int:
-    from ktstream.state import codec
-    from ktstream.state.sqlite import SqliteStore
+    from safetensors import SafetensorError
 
-    with open(args.input) as f:
+    from ktstream.state.store import StoreError
+
+    try:
+        tp, states, offset = _read_export(args.input)
+        _write_import(args.state_dir, tp, states, offset)
+    except (OSError, ValueError, KeyError, TypeError, SafetensorError, StoreError) as exc:
+        print(f"cannot import {args.input}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    print(f"imported {len(states)} learners into {tp} at offset {offset}", file=sys.stderr)
+    return 0
+
+
+def _read_export(path: str):
+    """(partition, learner states, offset) of an export, checked: the header names a real topic and
+    partition (``partition_path`` refuses anything else), and every row belongs to that partition."""
+    from ktstream.state import codec
+    from ktstream.state.sqlite import partition_path
+
+    with open(path) as f:
         head = json.loads(f.readline())
         rows = [json.loads(line) for line in f if line.strip()]
-    for row in rows:
-        row["blob"] = base64.b64decode(row["blob"])
-    tp = (head["topic"], int(head["partition"]))
-    store = SqliteStore(args.state_dir)
-    store.open(tp)
-    store.write([codec.decode(r) for r in rows], {tp: int(head["offset"])})
-    print(f"imported {len(rows)} learners into {tp} at offset {head['offset']}", file=sys.stderr)
-    store.close()
-    return 0
+    tp = (head["topic"], head["partition"])
+    partition_path(".", tp)
+    offset = head["offset"]
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise ValueError(f"the header's offset {offset!r} is not an integer")
+    states = []
+    for n, row in enumerate(rows, start=2):
+        row["blob"] = base64.b64decode(row["blob"], validate=True)
+        st = codec.decode(row)
+        if st.partition != tp:
+            raise ValueError(f"line {n}: learner {st.learner_id!r} belongs to {st.partition}, not {tp}")
+        states.append(st)
+    return tp, states, offset
+
+
+def _write_import(state_dir: str, tp, states, offset: int) -> None:
+    from ktstream.state.sqlite import SqliteStore
+
+    store = SqliteStore(state_dir)
+    try:
+        store.open(tp)
+        store.write(states, {tp: offset})
+    finally:
+        store.close()

@@ -19,6 +19,7 @@ may already have done so itself) and nothing of it is written.
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 import time
 from pathlib import Path
@@ -37,8 +38,19 @@ CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 SIDE_FILES = ("", "-wal", "-shm", "-journal")
 
 
+#: A Kafka topic name (letters, digits, ``.``, ``_``, ``-``; at most 249; not ``.`` or ``..``): never a path.
+TOPIC_NAME = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,249}$")
+
+
 def partition_path(directory: str | Path, tp: TopicPartition) -> Path:
-    return Path(directory) / f"{tp[0]}-{tp[1]}.sqlite"
+    """``<directory>/<topic>-<partition>.sqlite``; a name that is not a Kafka topic or partition is a StoreError
+    (so no name, e.g. from an imported file, can point outside ``directory``)."""
+    topic, part = tp
+    if not isinstance(topic, str) or not TOPIC_NAME.match(topic):
+        raise StoreError(f"{topic!r} is not a Kafka topic name (letters, digits, '.', '_', '-'; at most 249)")
+    if isinstance(part, bool) or not isinstance(part, int) or part < 0:
+        raise StoreError(f"{part!r} is not a partition number (an integer >= 0)")
+    return Path(directory) / f"{topic}-{part}.sqlite"
 
 
 def connect(path: str | Path) -> sqlite3.Connection:

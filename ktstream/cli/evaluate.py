@@ -78,21 +78,26 @@ def _held_out(learner_id: str, share: float = 0.1) -> bool:
     return int(hashlib.sha1(learner_id.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < share
 
 
+def _split_paths(dataset: str, fold: int) -> tuple[Path | None, Path | None, Path | None]:
+    """(train, valid, test) files of a dataset's fold (valid None: the dataset has no validation file)."""
+    from connectors.datasets import split_files
+
+    files = split_files(dataset)
+    chosen = next((f for f in files.folds if f.k == fold), None)
+    if chosen is None:
+        return files.train, None, files.test
+    return chosen.train, chosen.valid, chosen.test or files.test
+
+
 def load_benchmark_splits(dataset: str, fold: int, keep_repeated_rows: bool) -> tuple[list, list, list, str]:
     """(train, valid, test) records from the dataset's own files, and a label of the rows policy."""
-    from connectors.datasets import DATASET_FORMATS, iter_events, options_of, split_files
+    from connectors.datasets import DATASET_FORMATS, iter_events, options_of
 
     fmt = DATASET_FORMATS[dataset]
     opts = {"keep_repeated_rows": True} if keep_repeated_rows else {}
     if keep_repeated_rows and "keep_repeated_rows" not in options_of(fmt):
         raise SystemExit(f"format {fmt!r} has no repeated-row merging; drop --keep-repeated-rows")
-    files = split_files(dataset)
-    chosen = next((f for f in files.folds if f.k == fold), None)
-    if chosen is None:
-        train_f, valid_f, test_f = files.train, None, files.test
-    else:
-        train_f, valid_f = chosen.train, chosen.valid
-        test_f = chosen.test or files.test
+    train_f, valid_f, test_f = _split_paths(dataset, fold)
     if train_f is None or test_f is None:
         raise SystemExit(f"dataset {dataset!r} has no train/test split files for fold {fold}")
     read = lambda path: list(iter_events(fmt, path, **opts))  # noqa: E731
@@ -104,6 +109,23 @@ def load_benchmark_splits(dataset: str, fold: int, keep_repeated_rows: bool) -> 
         train = [r for r in train if not _held_out(r["learner_id"])]
     rows = "merged" if "keep_repeated_rows" in options_of(fmt) and not keep_repeated_rows else "as given"
     return train, valid, test, rows
+
+
+def repeated_answers(test_records: list[dict], files: tuple[Path | None, ...] = (),
+                     all_records: list[dict] | None = None) -> dict[str, Any]:
+    """How many test rows may repeat an answer (results.json's ``repeated_answers``), with a warning
+    whenever the share passes the gate's bound or a file is a known copy with repeated answers. Co-tagged
+    skills (data without problem ids) are learnt from ``all_records`` (default: the test rows)."""
+    from connectors.datasets.fingerprints import known_repeated_answers
+    from ktstream.data.histories import build_vocabularies, encode
+    from ktstream.leakage import GateConfig, answer_repeat_warning
+
+    known = sorted({why for f in files if f is not None and (why := known_repeated_answers(Path(f)))})
+    everything = test_records if all_records is None else all_records
+    items, concepts = build_vocabularies(everything)
+    learn_from = None if all_records is None else encode(all_records, items, concepts)
+    return answer_repeat_warning(encode(test_records, items, concepts), "test", known, GateConfig.max_repeated_share,
+                                 learn_from)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -124,7 +146,9 @@ def run(args: argparse.Namespace) -> int:
 
             save_checkpoint(args.checkpoint, artifacts["model"], artifacts["items"], artifacts["concepts"],
                             f"{args.model}-{args.dataset}-fold{args.fold}")
-        result.update(dataset=args.dataset, fold=args.fold, rows=rows)
+        result.update(dataset=args.dataset, fold=args.fold, rows=rows,
+                      repeated_answers=repeated_answers(test, _split_paths(args.dataset, args.fold),
+                                                       train + valid + test))
     else:
         records = _stream(args)
         if args.random_labels:
@@ -134,12 +158,18 @@ def run(args: argparse.Namespace) -> int:
             raise SystemExit("no event times: the prequential protocol needs a timestamped stream")
         c1, c0 = (int(np.quantile(times, q)) for q in (args.select_from, args.test_from))
         result = prequential_time(args.model, records, c1, c0, cfg, kwargs)
-        result.update(dataset=args.dataset or str(args.events), rows="as given")
+        test_from = [r for r in records if r.get("event_time") is not None and r["event_time"] >= c0]
+        result.update(dataset=args.dataset or str(args.events), rows="as given",
+                      repeated_answers=repeated_answers(test_from, all_records=records))
     # CPU minutes: the run's own compute, comparable across machines that are busy with other work
     result.update(random_labels=args.random_labels, minutes=round((time.time() - started) / 60, 2),
                   cpu_minutes=round((time.process_time() - cpu_started) / 60, 2), threads=torch.get_num_threads())
     row = table_row(result)
     text = format_table([row], TABLE_COLUMNS)
+    warning = result["repeated_answers"]["warning"]
+    if warning:
+        text += f"\n\nWARNING: {warning}"
+        log.warning(warning)
     print(text)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

@@ -60,7 +60,9 @@ def _comparison(inp: ReportInputs, labels: list[str]) -> str:
     notes = ("benchmark: the dataset's own split files; prequential_time: trained before C1, selected on [C1, C0), "
              "tested after C0, each test event predicted before it was learned from. Figures from different "
              "datasets or protocols are not comparable. AUC on 'coin flips' labels must be near 0.5.")
-    return section("Model comparison", table(rows, COMPARE), paragraph(notes, "meta"), anchor="comparison")
+    warnings = [paragraph(f"Warning, {lab}: {r['repeated_answers']['warning']}", "note")
+                for lab, r in zip(labels, inp.results) if (r.get("repeated_answers") or {}).get("warning")]
+    return section("Model comparison", *warnings, table(rows, COMPARE), paragraph(notes, "meta"), anchor="comparison")
 
 
 def _by_length(inp: ReportInputs, labels: list[str]) -> str:

@@ -8,7 +8,16 @@ Phase 2 replays one more event for --sample learners in random order with the
 cold cache (each a store load); phase 3 does the same with a cache large enough
 to hold them, after a warm-up pass. Prints events/s of both and their ratio.
 
+The RSS check: the resident set grows by at most the cache cap plus what the
+process needs besides the cache (the store's SQLite page caches, the C heap's
+free lists, the interned-string table), printed as the overhead. With
+``--id-chars N --concepts K --events E`` every learner id and each learner's
+own K concept ids are N characters long and each learner sends E events, so
+its raw window holds E records of long ids (the issue's shape: K=64, N=250):
+the cache must count those bytes for the bound to hold.
+
     python bench/bench_state.py --learners 1000000 --cache-mb 64
+    python bench/bench_state.py --learners 20000 --cache-mb 64 --id-chars 250 --concepts 16 --events 3 --sample 0
 """
 
 from __future__ import annotations
@@ -42,10 +51,11 @@ def rss_mb() -> float:
 
 
 class GenSource:
-    """Generated records, without holding the stream in memory."""
+    """Generated records, without holding the stream in memory; ``concepts`` names each learner's own
+    concept ids (["c1"] when None)."""
 
-    def __init__(self, learners, start_offsets):
-        self.it, self.next = iter(learners), dict(start_offsets)
+    def __init__(self, learners, start_offsets, concepts=None):
+        self.it, self.next, self.concepts = iter(learners), dict(start_offsets), concepts
         self.on_assigned = self.on_revoked = self.on_lost = lambda p: None
         self.done = False
 
@@ -55,8 +65,9 @@ class GenSource:
             p = hash(lid) % PARTS
             off = self.next[p]
             self.next[p] += 1
-            ev = {"event_id": f"{lid}-{off}", "learner_id": lid, "item_id": f"q{off % 50}", "response": off % 2,
-                  "concept_ids": ["c1"], "event_time": 1_700_000_000_000 + off}
+            ev = {"event_id": f"{lid[:40]}-{off}", "learner_id": lid, "item_id": f"q{off % 50}", "response": off % 2,
+                  "concept_ids": self.concepts(lid) if self.concepts else ["c1"],
+                  "event_time": 1_700_000_000_000 + off}
             out.append(Record("ev", p, off, lid.encode(), json.dumps(ev).encode(), 0))
             if len(out) == max_records:
                 return out
@@ -76,8 +87,8 @@ class NullSink:
     def close(self): pass
 
 
-def drive(proc, learners, offsets, max_batch=1000) -> tuple[float, dict, float]:
-    src = GenSource(learners, offsets)
+def drive(proc, learners, offsets, max_batch=1000, concepts=None) -> tuple[float, dict, float]:
+    src = GenSource(learners, offsets, concepts)
     engine, peak, t0 = Engine(src, NullSink(), proc, max_batch=max_batch, poll_timeout_s=0.0), 0.0, time.perf_counter()
     n = 0
     while not src.done:
@@ -96,6 +107,9 @@ def main() -> None:
     ap.add_argument("--cache-mb", type=float, default=64)
     ap.add_argument("--sample", type=int, default=20_000)
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--id-chars", type=int, default=0, help="pad learner and concept ids to this many characters")
+    ap.add_argument("--concepts", type=int, default=1, help="concept ids per event, each learner its own")
+    ap.add_argument("--events", type=int, default=1, help="events per learner in phase 1 (raw window records)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     items, concepts = Vocabulary([f"q{i}" for i in range(50)]), Vocabulary(["c1"])
@@ -109,22 +123,31 @@ def main() -> None:
     cap = int(a.cache_mb * 2**20)
     base = rss_mb()
     proc = Processor(runner, StateCache(cap, store), "pred", "dead")
-    names = (f"u{i}" for i in range(a.learners))  # lazy: the stream is not part of the engine's memory
+    pad = a.id_chars
+    concepts = (lambda lid: [f"{lid[:24]}-c{j}-".ljust(pad, "c") for j in range(a.concepts)]) \
+        if pad or a.concepts > 1 else None
+    # lazy: the stream is not part of the engine's memory; each learner's events a batch apart
+    chunk = 1000
+    names = (f"u{i}-".ljust(pad, "u") for start in range(0, a.learners, chunk) for _ in range(a.events)
+             for i in range(start, min(start + chunk, a.learners)))
     t0 = time.perf_counter()
-    rate1, offsets, peak = drive(proc, names, {p: 0 for p in range(PARTS)})
+    rate1, offsets, peak = drive(proc, names, {p: 0 for p in range(PARTS)}, concepts=concepts)
     stored = sum(store.count(("ev", p)) for p in range(PARTS))
     nbytes = sum(store.nbytes(("ev", p)) for p in range(PARTS))
     print(f"phase 1: {a.learners} learners, {rate1:.0f} events/s ({time.perf_counter() - t0:.0f} s); "
           f"stored {stored} learners, {nbytes / 2**20:.1f} MiB of tensors")
     print(f"RSS: start {base:.0f} MiB, peak {peak:.0f} MiB, growth {peak - base:.0f} MiB "
           f"vs cache cap {a.cache_mb:.0f} MiB (cache holds {len(proc.cache)} learners, "
-          f"{proc.cache.bytes / 2**20:.1f} MiB accounted)")
-    sample = [f"u{i}" for i in random.Random(0).sample(range(a.learners), min(a.sample, a.learners))]
+          f"{proc.cache.bytes / 2**20:.1f} MiB accounted): overhead beyond the cap "
+          f"{peak - base - a.cache_mb:.0f} MiB")
+    if not a.sample:
+        return
+    sample = [f"u{i}-".ljust(pad, "u") for i in random.Random(0).sample(range(a.learners), min(a.sample, a.learners))]
     proc.cache = StateCache(cap, store)  # cold: none of the sample is cached
-    cold, offsets, _ = drive(proc, sample, offsets)
+    cold, offsets, _ = drive(proc, sample, offsets, concepts=concepts)
     proc.cache = StateCache(1 << 40, store)
-    drive(proc, sample, offsets)  # warm-up: loads them all
-    warm, offsets, _ = drive(proc, sample, offsets)
+    drive(proc, sample, offsets, concepts=concepts)  # warm-up: loads them all
+    warm, offsets, _ = drive(proc, sample, offsets, concepts=concepts)
     print(f"sample of {len(sample)}: cold cache (store loads) {cold:.0f} events/s, warm cache {warm:.0f} events/s, "
           f"warm/cold = {warm / cold:.2f}")
 

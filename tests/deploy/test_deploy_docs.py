@@ -51,7 +51,8 @@ def test_documented_commands_parse():
     from ktstream.cli.main import build_parser
 
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    lines = [ln.split("#")[0].strip() for ln in re.findall(r"^(ktstream [^\n]+)$", text, re.M)]
+    blocks = "\n".join(re.findall(r"^```bash\n(.*?)^```", text, re.M | re.S))
+    lines = [ln.split("#")[0].strip() for ln in re.findall(r"^(ktstream [^\n]+)$", blocks, re.M)]
     assert len(lines) >= 3
     parser = build_parser()
     for line in lines:

@@ -238,7 +238,8 @@ class Engine:
         return True
 
     def _transaction(self, batch: Batch) -> bool:
-        """Exactly-once: outputs and input offsets in one producer transaction; abort on any failure."""
+        """Exactly-once: outputs and input offsets in one producer transaction; abort on a failure before
+        the commit was asked for, settle one whose outcome is unknown (``_settle``)."""
         try:
             start = time.perf_counter()
             self.sink.begin()
@@ -271,6 +272,8 @@ class Engine:
         self.metrics.failures.labels("commit_unknown").inc()
         log.warning("transaction commit outcome unknown for %s (%s); settling it", sorted(batch.offsets), unknown)
         try:
+            if not hasattr(self.sink, "settle"):
+                raise EngineError(f"{type(self.sink).__name__} cannot settle a transaction")
             self.sink.settle()
             committed = {tp: self._committed(tp) for tp in batch.offsets}
         except EngineError as exc:

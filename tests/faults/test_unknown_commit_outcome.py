@@ -24,6 +24,7 @@ from connectors.kafka.transactional import TransactionalSink
 from connectors.state_chaos import reference as uninterrupted
 from ktstream.config import KafkaSettings, StateSettings, load_settings
 from ktstream.engine.bootstrap import ServingModel
+from ktstream.engine.engine import CommitOutcomeUnknownError
 from ktstream.engine.records import Record
 from ktstream.engine.service import build_engine
 from ktstream.state import MemoryStore
@@ -46,6 +47,8 @@ class Coordinator:
         self.epoch = 0
         self.commits = 0
         self.fault_at, self.commit_arrives = None, True  # the commit that times out; whether EndTxn got there
+        self.coordinator_down = False  # init_transactions times out
+        self.down_after_fault = False  # the coordinator becomes unreachable with the timed-out commit
 
     def end(self, txn, commit):
         if self.status[txn] == "open":
@@ -74,6 +77,8 @@ class Producer:
         self.c, self.txn, self.epoch, self.fatal = coordinator, None, None, None
 
     def init_transactions(self):
+        if self.c.coordinator_down:
+            raise kafka.errors.KafkaTimeoutError("Timeout expired while initializing transactional state")
         for t, s in self.c.status.items():  # finish what the previous producer of this id left
             if s == "open":
                 self.c.end(t, commit=False)
@@ -113,6 +118,7 @@ class Producer:
         if self.c.commits == self.c.fault_at:
             if self.c.commit_arrives:
                 self.c.end(self.txn, commit=True)
+            self.c.coordinator_down = self.c.down_after_fault
             self.fatal = "RequestTimedOutError: Request timed out after 30000 ms"
             raise kafka.errors.KafkaError(f"Could not execute transactional request for unknown reasons: "
                                           f"{self.fatal}")
@@ -166,13 +172,13 @@ class Source:
         pass
 
 
-def start(serving, c, monkeypatch):
+def start(serving, c, monkeypatch, store=None):
     monkeypatch.setattr(sink_module, "KafkaProducer", lambda **cfg: Producer(c, **cfg))
     settings = load_settings(None, kafka={"topics": {"events": "ev", "predictions": "pred", "dead_letters": "dead"}},
                              engine={"max_batch": 9, "describe": False, "gc_tuning": False},
                              state={"processing_guarantee": "exactly-once"})
     sink = TransactionalSink(KafkaSettings(), StateSettings(instance_id="a"))
-    return build_engine(settings, serving, Source(c), sink, store=MemoryStore())
+    return build_engine(settings, serving, Source(c), sink, store=store or MemoryStore())
 
 
 def pending(c):
@@ -221,3 +227,35 @@ def test_unknown_commit_outcome_is_settled_never_aborted_and_rewound(commit_arri
         engine.step()
     after = [json.loads(r.value) for p in range(PARTS) for r in c.read_committed("pred", p)]
     assert [p["event_id"] for p in after].count("after") == 1
+
+
+def test_unknown_commit_outcome_that_cannot_be_settled_stops_without_abort_or_rewind(monkeypatch):
+    """The coordinator is unreachable when the engine settles: it stops, and the restart's
+    init_transactions settles the transaction (committed here), so nothing is committed twice."""
+    model, items, concepts, records, reference = setup(n_learners=12)
+    serving = ServingModel(model, items, concepts, "v0")
+    c = Coordinator(records)
+    c.fault_at = 3
+    store = MemoryStore()
+    engine = start(serving, c, monkeypatch, store)
+    c.down_after_fault = True
+    with pytest.raises(CommitOutcomeUnknownError, match="settling it failed"):
+        for _ in range(20):
+            engine.step()
+    assert list(c.status.values()).count("abort") == 0 and c.status[c.txn] == "commit"
+    assert all(pos >= c.committed.get(tp, 0) for tp, pos in engine.source.pos.items()), \
+        "no rewind: the source stays where the unsettled batch left it"
+
+    c.coordinator_down = False
+    store.close()
+    restarted = start(serving, c, monkeypatch, store)
+    while pending(c):
+        restarted.step()
+    preds = [json.loads(r.value) for p in range(PARTS) for r in c.read_committed("pred", p)]
+    keys = [(p["source"]["partition"], p["source"]["offset"]) for p in preds]
+    assert len(keys) == len(set(keys)) and set(keys) == {(r.partition, r.offset) for r in records}
+    _, expected = uninterrupted(serving, records, None)
+    for lid, ref in expected.items():
+        st = restarted.cache.get(lid)
+        assert st is not None and (st.last_offset, st.events) == (ref.last_offset, ref.events), lid
+        assert all(torch.allclose(st.state[k], v, atol=1e-6) for k, v in ref.state.items()), lid

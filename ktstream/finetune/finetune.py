@@ -32,7 +32,7 @@ from ktstream.finetune.replay import ReplayData, assert_before
 from ktstream.finetune.warmstart import warm_start
 from ktstream.models import create
 from ktstream.models.base import KTModel
-from ktstream.training.precision import supports_autocast
+from ktstream.training.precision import unsupported_reason
 from ktstream.training.trainer import FitResult, TrainConfig, fit, resolve_device
 
 log = logging.getLogger(__name__)
@@ -94,9 +94,10 @@ def autocast_mode(device: torch.device, cfg: FinetuneConfig) -> str | None:
     logged), none on CPU."""
     if device.type != "cuda" or not cfg.bf16:
         return None
-    if not (torch.cuda.is_bf16_supported() and supports_autocast(device, torch.bfloat16)):
-        log.warning("bf16 autocast is not supported on %s: fine-tuning in fp32 (set bf16: false to silence this)",
-                    torch.cuda.get_device_name(device))
+    reason = unsupported_reason(device, torch.bfloat16)
+    if reason is not None:
+        log.warning("bf16 autocast cannot train here (%s): fine-tuning in fp32 (set bf16: false to silence this)",
+                    reason)
         return None
     return "bf16"
 

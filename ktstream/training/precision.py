@@ -39,18 +39,22 @@ def _probe(device_type: str, dtype: torch.dtype) -> str | None:
     return None
 
 
+def unsupported_reason(device: torch.device, dtype: torch.dtype | None) -> str | None:
+    """Why ``device`` cannot train under ``dtype`` autocast, in one line; None when it can."""
+    if dtype is None:
+        return None
+    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        return f"{torch.cuda.get_device_name(device)} has no bf16 support"
+    return _probe(device.type, dtype)
+
+
 def supports_autocast(device: torch.device, dtype: torch.dtype | None) -> bool:
-    return dtype is None or _probe(device.type, dtype) is None
+    return unsupported_reason(device, dtype) is None
 
 
 def check_autocast(device: torch.device, dtype: torch.dtype | None, option: str) -> None:
     """Raise UnsupportedPrecisionError naming ``option`` when ``dtype`` cannot train on ``device``."""
-    if dtype is None:
-        return
-    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
-        reason = f"{torch.cuda.get_device_name(device)} has no bf16 support"
-    else:
-        reason = _probe(device.type, dtype)
+    reason = unsupported_reason(device, dtype)
     if reason is not None:
         raise UnsupportedPrecisionError(f"{option} asks for {dtype} autocast, which this {device.type} cannot "
                                         f"train in ({reason}); unset {option} to train in fp32")

@@ -7,6 +7,7 @@ import json
 import torch
 
 from ktstream.finetune import build_replay, fine_tune
+from ktstream.finetune import finetune as finetune_module
 from ktstream.finetune.finetune import autocast_mode
 from ktstream.training.trainer import resolve_device
 from tests.finetune.conftest import TINY_DKT, tiny_finetune
@@ -48,9 +49,15 @@ def test_results_are_json_and_name_the_device(stream):
     assert out["model_config"]["n_items"] == len(result.items)
 
 
-def test_cuda_is_chosen_when_present_with_bf16_autocast():
+def test_cuda_is_chosen_when_present_with_bf16_autocast(monkeypatch, caplog):
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     cfg = tiny_finetune()
     assert autocast_mode(torch.device("cpu"), cfg) is None
-    assert autocast_mode(torch.device("cuda"), cfg) == "bf16" and cfg.train_config("bf16").autocast == "bf16"
     assert autocast_mode(torch.device("cuda"), tiny_finetune(bf16=False)) is None
+    # a GPU that trains in bf16, and one that cannot (fp32, with a warning naming why)
+    monkeypatch.setattr(finetune_module, "unsupported_reason", lambda device, dtype: None)
+    assert autocast_mode(torch.device("cuda"), cfg) == "bf16" and cfg.train_config("bf16").autocast == "bf16"
+    monkeypatch.setattr(finetune_module, "unsupported_reason", lambda device, dtype: "Tesla P100 has no bf16 support")
+    with caplog.at_level("WARNING"):
+        assert autocast_mode(torch.device("cuda"), cfg) is None
+    assert "Tesla P100 has no bf16 support" in caplog.text

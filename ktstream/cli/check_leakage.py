@@ -34,6 +34,11 @@ def register(sub) -> None:
     p.add_argument("--precision", choices=["fp64", "fp32"], default="fp64")
     p.add_argument("--random-label-epochs", type=int, default=GateConfig.random_label_epochs)
     p.add_argument("--learners", type=int, default=GateConfig.n_learners, help="learners sampled for model checks")
+    p.add_argument("--probe-length", type=int, default=GateConfig.max_length,
+                   help="positions per probe history (continued by other learners when shorter; raised to cross "
+                        "a windowed model's receptive field three times)")
+    p.add_argument("--path-chunk", type=int, default=GateConfig.path_chunk,
+                   help="window of the trainer's paths in path_equivalence")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="auto", help="where random-label training runs")
     p.add_argument("--json", type=Path, default=None, help="write the report as JSON here")
@@ -77,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
                     n_concepts=None if args.checkpoint else len(concepts))
     checks = tuple(c.strip() for c in args.checks.split(",") if c.strip())
     cfg = GateConfig(seed=args.seed, checks=checks, precision=args.precision, n_learners=args.learners,
+                     max_length=args.probe_length, path_chunk=args.path_chunk,
                      random_label_epochs=args.random_label_epochs, device=args.device)
     report = run_gate(model, data, cfg)
     print(report.table())

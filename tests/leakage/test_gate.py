@@ -114,7 +114,9 @@ def test_the_same_questions_merged_pass_random_labels():
     assert report["repeated_rows"].figure == 0.0 and report.labels["data"].startswith("question-level")
 
 
-CI_CONFIG = dict(random_label_epochs=2)  # the defaults otherwise: 8 learners, 4 positions, up to 200 long
+# the defaults otherwise (8 learners, 4 positions); probe histories of 60..81 positions cross the tiny models'
+# receptive fields (at most 16) and the path chunk (16) several times, and keep the run quick
+CI_CONFIG = dict(random_label_epochs=2, max_length=60)
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +164,6 @@ def test_attention_options_pass_the_model_checks(name, random_learners):
     torch.manual_seed(0)
     options = {"heads": 4, "shared_heads": 1, "routed_topk": 2, "time_decay": True, "relation_dim": 4}
     model = create(name, n_items=N_ITEMS, n_concepts=N_CONCEPTS, **{**family(name).tiny_config, **options})
-    report = run_gate(model, random_learners, GateConfig(checks=MODEL_CHECKS))
+    report = run_gate(model, random_learners, GateConfig(checks=MODEL_CHECKS, max_length=60))
     assert report.passed, report.table()
     assert report["attention_masking"].status == "pass" and len(report["attention_masking"].extras["maps"]) >= 1

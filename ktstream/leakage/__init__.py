@@ -14,6 +14,6 @@ from ktstream.leakage.gate import run_gate
 from ktstream.leakage.random_labels import null_bound, random_label_auc, with_random_labels
 from ktstream.leakage.report import CheckResult, GateReport
 
-__all__ = ["ALL_CHECKS", "answer_repeat_warning", "CheckResult", "copied_answer_rows", "GateConfig", "GateData", "GateReport", "attention_masking", "data_label",
-           "interaction_groups", "null_bound", "random_label_auc", "repeated_rows", "run_gate",
+__all__ = ["ALL_CHECKS", "CheckResult", "GateConfig", "GateData", "GateReport", "answer_repeat_warning",
+           "attention_masking", "copied_answer_rows", "data_label", "interaction_groups", "null_bound", "random_label_auc", "repeated_rows", "run_gate",
            "with_random_labels"]

@@ -18,8 +18,8 @@ from ktstream.training.trainer import TrainConfig
 
 #: Every check the gate knows, in the order it runs them.
 ALL_CHECKS = ("future_perturbation", "current_label_flip", "batch_independence", "serving_equivalence",
-              "path_equivalence", "attention_masking", "random_labels", "short_history", "split_disjoint", "windowed_after_split",
-              "vocab_from_train", "selection_on_valid", "one_prediction_per_interaction", "repeated_rows")
+              "path_equivalence", "attention_masking", "random_labels", "short_history", "split_disjoint",
+              "windowed_after_split", "vocab_from_train", "selection_on_valid", "one_prediction_per_interaction", "repeated_rows")
 
 
 @dataclass

@@ -62,7 +62,8 @@ def _comparison(inp: ReportInputs, labels: list[str]) -> str:
              "datasets or protocols are not comparable. AUC on 'coin flips' labels must be near 0.5.")
     warnings = [paragraph(f"Warning, {lab}: {r['repeated_answers']['warning']}", "note")
                 for lab, r in zip(labels, inp.results) if (r.get("repeated_answers") or {}).get("warning")]
-    return section("Model comparison", *warnings, table(rows, COMPARE), paragraph(notes, "meta"), anchor="comparison")
+    return section("Model comparison", *warnings, table(rows, COMPARE), paragraph(notes, "meta"),
+                   anchor="comparison")
 
 
 def _by_length(inp: ReportInputs, labels: list[str]) -> str:

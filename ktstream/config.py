@@ -159,6 +159,11 @@ class StateSettings(_Section):
                                                       "self); None: the host name. Distinct per instance")
     transaction_timeout_ms: int = Field(60_000, ge=1000, description="broker aborts a transaction left open "
                                                                      "this long (a dead producer)")
+    restore_attempts: int = Field(5, ge=1, description="restore attempts per assigned partition (each fails "
+                                                       "after kafka.read_stall_timeout_s without progress) before the "
+                                                       "engine stops with RestoreError (not ready, counted, logged)")
+    restore_backoff_s: float = Field(1.0, ge=0, description="pause before the second restore attempt, doubled "
+                                                            "before each later one (at most 30 s)")
 
 
 class Settings(BaseSettings):
@@ -169,11 +174,6 @@ class Settings(BaseSettings):
     metrics: MetricsSettings = MetricsSettings()
     model: ModelSettings = ModelSettings()
     state: StateSettings = StateSettings()
-    restore_attempts: int = Field(5, ge=1, description="restore attempts per assigned partition (each fails "
-                                                       "after kafka.read_stall_timeout_s without progress) before the "
-                                                       "engine stops with RestoreError (not ready, counted, logged)")
-    restore_backoff_s: float = Field(1.0, ge=0, description="pause before the second restore attempt, doubled "
-                                                            "before each later one (at most 30 s)")
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings,

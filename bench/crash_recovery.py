@@ -12,7 +12,14 @@ the restores read from the stores' checkpoints.
 
     python bench/crash_recovery.py --events 50000 --learners 2000 --kills 10
     python bench/crash_recovery.py --events 50000 --learners 2000 --kills 10 --guarantee exactly-once
+    python bench/crash_recovery.py --events 200000 --kills 20 --proxy-delay-s 0.05 --proxy-stall-s 3
     python bench/crash_recovery.py --throughput 20000   # no kills: events/s of each guarantee, same input
+
+``--proxy-delay-s`` puts a loopback proxy in front of the broker (tests/faults/delay_proxy.py:
+Tansu advertises the proxy's port, so every client request goes through it) that delays every
+reply by that long; with ``--proxy-stall-s`` it also holds all traffic for that long once every
+``--proxy-stall-every-s``, at moments independent of the kills (restores and commits meet a broker
+that stops answering for a while).
 
 ``--throughput N``: N events already in the topic, the durable engine
 (build_engine, Kafka clients, SQLite store) in this process, once per
@@ -22,13 +29,36 @@ guarantee, timed from the first record to the last commit.
 from __future__ import annotations
 
 import argparse
+import random
 import re
+import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
-from connectors import state_chaos as chaos
-from connectors.broker import EmbeddedBroker
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/ (the proxy)
+
+from connectors import state_chaos as chaos  # noqa: E402
+from connectors.broker import EmbeddedBroker  # noqa: E402
+from tests.faults.delay_proxy import ProxiedBroker  # noqa: E402
+
+
+def stalls(proxy, every_s: float, stall_s: float, stop: threading.Event, seed: int = 1) -> threading.Thread:
+    """Hold all traffic for ``stall_s`` at random moments, about once every ``every_s``; counts them."""
+    rng, counted = random.Random(seed), {"stalls": 0}
+
+    def target():
+        while not stop.wait(rng.uniform(0.5, 1.5) * every_s):
+            proxy.stall()
+            counted["stalls"] += 1
+            stop.wait(stall_s)
+            proxy.resume()
+
+    t = threading.Thread(target=target, name="stalls", daemon=True)
+    t.counted = counted
+    t.start()
+    return t
 
 
 def throughput(bootstrap: str, events: int, learners: int, partitions: int, max_batch: int) -> None:
@@ -86,6 +116,9 @@ def main() -> None:
     ap.add_argument("--guarantee", choices=["at-least-once", "exactly-once"], default="at-least-once")
     ap.add_argument("--throughput", type=int, default=0, help="events: time both guarantees instead")
     ap.add_argument("--max-batch", type=int, default=500)
+    ap.add_argument("--proxy-delay-s", type=float, default=None, help="a delaying proxy in front of the broker")
+    ap.add_argument("--proxy-stall-s", type=float, default=0.0, help="with the proxy: stall all traffic this long")
+    ap.add_argument("--proxy-stall-every-s", type=float, default=30.0)
     a = ap.parse_args()
     if a.throughput:
         with EmbeddedBroker() as broker:
@@ -93,10 +126,22 @@ def main() -> None:
         return
     work = Path(tempfile.mkdtemp(prefix="crash-recovery-")) / "run"
     t0 = time.monotonic()
-    with EmbeddedBroker() as broker:
+    proxied = a.proxy_delay_s is not None
+    broker_cm = ProxiedBroker(lifetime_s=a.timeout_s + 600) if proxied else EmbeddedBroker()
+    stop_stalls = threading.Event()
+    with broker_cm as broker:
+        staller = None
+        if proxied:
+            broker.proxy.set_delay(a.proxy_delay_s)
+            if a.proxy_stall_s > 0:
+                staller = stalls(broker.proxy, a.proxy_stall_every_s, a.proxy_stall_s, stop_stalls)
         result = chaos.run(work, broker.bootstrap_servers, n_learners=a.learners,
                            mean_length=a.events // a.learners + 1, partitions=a.partitions, kills=a.kills,
                            feed_s=a.feed_s, seed=0, timeout_s=a.timeout_s, guarantee=a.guarantee)
+        stop_stalls.set()
+        if proxied:
+            broker.proxy.resume()
+            broker.proxy.set_delay(0.0)  # the checks below read the topics at full speed
         plain = chaos.plain_reader(result["settings"].kafka, a.partitions)
         changelog = len(chaos.read_topic(result["settings"].kafka,
                                          f"{result['settings'].kafka.topics.events}.learners-changelog", a.partitions))
@@ -107,7 +152,9 @@ def main() -> None:
           f"{counts['predictions']} committed predictions ({counts['duplicates']} same-offset repeats); a stock "
           f"read_committed consumer receives {plain}; {len(restores)} partition restores applied "
           f"{sum(n for n, _ in restores)} learner states, reading {sum(r for _, r in restores)} changelog records "
-          f"from the checkpoints (committed changelog: {changelog} records); all properties hold; "
+          f"from the checkpoints (committed changelog: {changelog} records); "
+          f"{'proxy delay %.3f s, %d stalls of %.1f s; ' % (a.proxy_delay_s, staller.counted['stalls'] if staller else 0, a.proxy_stall_s) if proxied else ''}"
+          f"all properties hold; "
           f"{time.monotonic() - t0:.0f} s (log: {work / 'engine.log'})")
 
 

@@ -8,11 +8,15 @@ learner's events are screened in order:
 - redeliveries (source offset at or below the last applied one on that
   partition: after a rebalance or a retried batch) are skipped: their
   prediction or dead letter was committed the first time;
-- repeated events (the event id of the learner's last applied event, now at a
-  new offset: a producer that sent it twice) are rejected as duplicates
-  (reason ``duplicate``) without touching the state; the rule reads only the
-  learner's committed state and its events before in this micro-batch, so it
-  gives the same answer however the stream is cut into micro-batches;
+- repeated events (the event id of an event the learner has applied, now at
+  a new offset: a producer that sent it twice) are rejected as duplicates
+  (reason ``duplicate``) without touching the state. "Applied" means: in the
+  learner's raw window (``engine.rebuild_window`` records; with a window of 0,
+  the last applied event only) or kept earlier in this micro-batch. The rule
+  reads only the committed state and the batch, so it gives the same answer
+  however the stream is cut into micro-batches. An event whose time is after
+  every applied event's cannot repeat one of them, so the window is searched
+  only for events at or before the learner's latest time (or without one);
 - late events (event time older than the latest applied one) follow the late
   policy: ``dead-letter`` rejects them (reason ``late``), ``apply`` keeps them
   with ``late=True`` on their prediction. Events without an event time are
@@ -71,6 +75,16 @@ def group_by_learner(decoded: list[Decoded]) -> dict[str, list[Decoded]]:
     return out
 
 
+def applied_before(d: Decoded, learner: LearnerState) -> bool:
+    """Whether the learner's committed state already holds an event with ``d``'s event id."""
+    eid, last = d.event.event_id, learner.last_event_time_ms
+    if eid == learner.last_event_id:
+        return True
+    if d.event_time_ms is not None and last is not None and d.event_time_ms > last:
+        return False  # after every applied event: no repeat of one
+    return any(r.event_id == eid for r in learner.window)
+
+
 def plan(decoded: list[Decoded], learners: dict[str, LearnerState], late_policy: LatePolicy) -> Plan:
     """Screen each learner's events (redeliveries, repeats, lateness) and lay the kept ones out in waves."""
     assert late_policy in LATE_POLICIES, f"late_policy must be one of {LATE_POLICIES}, got {late_policy!r}"
@@ -78,7 +92,7 @@ def plan(decoded: list[Decoded], learners: dict[str, LearnerState], late_policy:
     kept: list[list[Planned]] = []
     for lid, events in group_by_learner(decoded).items():
         learner = learners[lid]
-        last_time, last_id, last_offset = learner.last_event_time_ms, learner.last_event_id, dict()
+        last_time, last_offset, batch_ids = learner.last_event_time_ms, dict(), set()
         if learner.partition is not None:
             last_offset[learner.partition] = learner.last_offset
         seq: list[Planned] = []
@@ -87,7 +101,7 @@ def plan(decoded: list[Decoded], learners: dict[str, LearnerState], late_policy:
             if rec.offset <= last_offset.get(rec.tp, -1):
                 result.duplicates.append(d)
                 continue
-            if d.event.event_id == last_id:
+            if d.event.event_id in batch_ids or applied_before(d, learner):
                 result.repeated.append(d)
                 continue
             late = d.event_time_ms is not None and last_time is not None and d.event_time_ms < last_time
@@ -96,7 +110,8 @@ def plan(decoded: list[Decoded], learners: dict[str, LearnerState], late_policy:
                 continue
             result.late_applied += int(late)
             seq.append(Planned(d, learner, late))
-            last_offset[rec.tp], last_id = rec.offset, d.event.event_id
+            last_offset[rec.tp] = rec.offset
+            batch_ids.add(d.event.event_id)
             if d.event_time_ms is not None and (last_time is None or d.event_time_ms > last_time):
                 last_time = d.event_time_ms
         if seq:

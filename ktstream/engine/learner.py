@@ -47,6 +47,7 @@ class WindowRecord(NamedTuple):
     event_time_ms: int | None
     step_id: str | None
     seq: int  # the learner's event count: ties in event time keep their order
+    event_id: str | None = None  # a repeat of it at a new offset is a duplicate (ktstream.engine.batcher)
 
 
 def step_key(step_id: str | None, event_time_ms: int | None) -> tuple[str, Any] | None:
@@ -76,9 +77,8 @@ def str_nbytes(s: str | None) -> int:
 def record_nbytes(rec: WindowRecord) -> int:
     """Bytes one raw-window record holds, its id strings included as if it were their only holder
     (interned ids shared by many learners are counted once per record: an upper bound)."""
-    item_id, concept_ids, _, _, step_id, _ = rec
-    return (WINDOW_RECORD_BYTES + 8 * len(concept_ids) + str_nbytes(item_id) + str_nbytes(step_id)
-            + sum(map(str_nbytes, concept_ids)))
+    return (WINDOW_RECORD_BYTES + 8 * len(rec.concept_ids) + str_nbytes(rec.item_id) + str_nbytes(rec.step_id)
+            + str_nbytes(rec.event_id) + sum(map(str_nbytes, rec.concept_ids)))
 
 
 def window_nbytes(window: tuple[WindowRecord, ...]) -> int:
@@ -175,15 +175,6 @@ class LearnerState:
         if key is None or key != self.step_key:
             self.step_key, self.step_state = key, None
         return self.step_state if self.step_state is not None else self.state
-
-    def is_late(self, event_time_ms: int | None) -> bool:
-        """Older than the latest applied event; events without a time are never late."""
-        return (event_time_ms is not None and self.last_event_time_ms is not None
-                and event_time_ms < self.last_event_time_ms)
-
-    def is_duplicate(self, partition: TopicPartition, offset: int) -> bool:
-        """Already applied: same partition, offset not beyond the last applied one."""
-        return self.partition == partition and offset <= self.last_offset
 
     def applied(self, new_state: State | None, partition: TopicPartition, offset: int,
                 event_id: str, event_time_ms: int | None, late: bool) -> None:

@@ -6,6 +6,7 @@ import base64
 import json
 
 import pytest
+import torch
 
 from ktstream.engine.decode import Decoded, Rejected, decode
 from ktstream.engine.records import Record
@@ -174,3 +175,33 @@ def test_an_event_delivered_again_at_a_new_offset_changes_nothing(kit, max_batch
     for p in clean:  # batch mates differ between the two runs: equal within fp32 (invariant 1)
         assert by_event[p["event_id"]] == pytest.approx(p["probs"], abs=1e-6), p["event_id"]
     assert len(dead) == len(repeated) - len(recs) and {d["reason"] for d in dead} == {"duplicate"}
+
+
+@pytest.mark.parametrize("late_policy", ["dead-letter", "apply"])
+@pytest.mark.parametrize("max_batch", [1, 500])
+def test_an_event_delivered_again_after_later_events_changes_nothing(kit, late_policy, max_batch):
+    """The dedup rule reaches back over the learner's raw window: a producer's retry that lands after the
+    learner's next events (an old event id, an old or no event time) is a ``duplicate``, not a late event
+    to apply again, and not a new one."""
+    recs = kit.stream(n_learners=4, mean_length=10, seed=7)
+    items, concepts = kit.build_vocabularies(recs)
+    again = [dict(r) for r in recs[::3]]
+    for r in again[::2]:
+        r.pop("event_time", None)  # an untimed repeat cannot be told by its time
+    items, concepts = kit.build_vocabularies(recs)
+
+    def run(stream):
+        engine, source, sink = kit.memory_engine(kit.tiny_model("dkt", items, concepts), items, concepts,
+                                                 kit.as_records(stream), max_batch=max_batch,
+                                                 late_policy=late_policy)
+        kit.drain(engine, source)
+        states = {lid: engine.cache.get(lid) for lid in list(engine.cache.keys())}
+        return kit.outputs(sink, kit.PREDICTIONS), kit.outputs(sink, kit.DEAD), states
+
+    (clean, _, want), (preds, dead, got) = run(recs), run(recs + again)
+    assert len(preds) == len(clean) and len(dead) == len(again), (len(preds), len(dead))
+    assert {d["reason"] for d in dead} == {"duplicate"}
+    for lid, st in want.items():
+        assert got[lid].events == st.events
+        for k, v in st.state.items():
+            assert torch.allclose(got[lid].state[k], v, atol=1e-6), (lid, k)

@@ -42,8 +42,7 @@ from kafka.structs import OffsetAndMetadata
 
 from connectors.kafka.sink import KafkaSink
 from ktstream.config import KafkaSettings, StateSettings
-from ktstream.engine.engine import CommitOutcomeUnknownError
-from ktstream.engine.exceptions import CommitError, SinkError
+from ktstream.engine.exceptions import CommitError, CommitOutcomeUnknownError, SinkError
 from ktstream.engine.records import TopicPartition as TP
 
 log = logging.getLogger(__name__)

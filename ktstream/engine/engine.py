@@ -56,7 +56,8 @@ import time
 from typing import Callable, Protocol
 
 from ktstream.engine.collector import BatchCollector
-from ktstream.engine.exceptions import CommitError, EngineError, SinkError
+from ktstream.engine.exceptions import (CommitError, CommitOutcomeUnknownError, EngineError, RetriesExhaustedError,
+                                        SinkError)
 from ktstream.engine.messages import now_ms
 from ktstream.engine.processor import Batch, Processor
 from ktstream.engine.records import Sink, Source, TopicPartition
@@ -64,14 +65,6 @@ from ktstream.engine.runner import ModelRunner
 from ktstream.metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
-
-
-class CommitOutcomeUnknownError(CommitError):
-    """A transaction's commit was asked for but its outcome is unknown: never abort it or rewind."""
-
-
-class RetriesExhaustedError(EngineError):
-    """A micro-batch was rolled back more than ``max_batch_retries`` times in a row."""
 
 
 class Watcher(Protocol):

@@ -13,3 +13,11 @@ class SinkError(EngineError):
 
 class CommitError(EngineError):
     """Input offsets could not be committed (e.g. the partitions were revoked meanwhile)."""
+
+
+class CommitOutcomeUnknownError(CommitError):
+    """A transaction's commit was asked for but its outcome is unknown: never abort it or rewind."""
+
+
+class RetriesExhaustedError(EngineError):
+    """A micro-batch was rolled back more than ``max_batch_retries`` times in a row."""

@@ -24,7 +24,7 @@ from connectors.kafka.transactional import TransactionalSink
 from connectors.state_chaos import reference as uninterrupted
 from ktstream.config import KafkaSettings, StateSettings, load_settings
 from ktstream.engine.bootstrap import ServingModel
-from ktstream.engine.engine import CommitOutcomeUnknownError
+from ktstream.engine.exceptions import CommitOutcomeUnknownError
 from ktstream.engine.records import Record
 from ktstream.engine.service import build_engine
 from ktstream.state import MemoryStore

@@ -34,7 +34,7 @@ from ktstream.engine import StateCache
 from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
 from ktstream.engine.records import Record
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.data.vocab import Vocabulary
 from ktstream.models import create, family
 from ktstream.state import SqliteStore

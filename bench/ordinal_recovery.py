@@ -74,7 +74,7 @@ def mean_ability(model, histories, item_idx: torch.Tensor, concept_idx: torch.Te
         q = batch.at(0)
         q.items = item_idx[i].expand(B)
         q.concepts = concept_idx[i].expand(B, -1)
-        thetas.append(model.describe(state, q)["theta"])
+        thetas.append(model.predict(state, q, describe=True)[1]["theta"])
     return torch.stack(thetas, 1).mean(1).numpy()
 
 

@@ -41,7 +41,7 @@ from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
 from ktstream.engine.records import Output
 from ktstream.engine.replay import replay_order
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.models import create, family
 from ktstream.state.sqlite import SqliteStore
 

@@ -126,7 +126,7 @@ def test_deep_gpcm_recovers_the_simulated_parameters(one_thread):
         for i in range(len(known)):  # final ability: theta averaged over every item as the query
             q = batch.at(0)
             q.items, q.concepts = idx[i].expand(len(test_h)), conc[i].expand(len(test_h), -1)
-            thetas.append(model.describe(state, q)["theta"])
+            thetas.append(model.predict(state, q, describe=True)[1]["theta"])
     assert spearman(truth.difficulty[known], betas.mean(-1).numpy()) >= 0.8
     assert spearman(truth.final_theta[test_u], torch.stack(thetas, 1).mean(1).numpy()) >= 0.8
     y = batch.responses[batch.mask].numpy()

@@ -46,7 +46,7 @@ def attention_map(model, hist) -> tuple[np.ndarray, list[dict]]:
     for t in range(T):
         if int(hist.step_start[0, t]) == t:
             at_step_start = state
-        info = model.describe(at_step_start, hist.at(t))
+        _, info = model.predict(at_step_start, hist.at(t), describe=True)
         pos, w = info["attention_positions"][0], info["attention"][0]
         keep = pos >= 0
         heat[t, 1 + pos[keep].numpy()] = w[keep].numpy()
@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
     if not mine:
         raise SystemExit(f"learner {args.learner!r} has no events in {args.events}")
     model, items, concepts = _load(args, records)
-    if "attention" not in model.describe(model.init_state(1), collate(encode(mine, items, concepts)).at(0)):
+    first = collate(encode(mine, items, concepts)).at(0)
+    if "attention" not in model.predict(model.init_state(1), first, describe=True)[1]:
         raise SystemExit(f"model family {model.name!r} has no attention to explain (try sakt, akt, simplekt)")
     hist = collate(encode(mine, items, concepts))
     heat, infos = attention_map(model, hist)

@@ -11,7 +11,7 @@ Besides the model's state (leading dim 1) a learner keeps
 - counters and the model version that built the state (a hot swap rebuilds it);
 - the *raw window*: its most recent interactions as compact ``WindowRecord``
   tuples (oldest first), from which a hot swap rebuilds the state with new
-  weights (ktstream.engine.swap; ktstream.finetune.rebuild). It is bounded in
+  weights (ktstream.engine.swap; ktstream.serving.rebuild). It is bounded in
   records and in bytes (``window_nbytes``: the tuples plus every id string,
   counted as if no other learner shared it), so a learner with long ids cannot
   grow its cached state or its changelog record without bound.
@@ -28,7 +28,6 @@ from typing import Any, NamedTuple
 
 from ktstream.engine.records import TopicPartition
 from ktstream.models.base import State
-from ktstream.models.arena import RowState
 
 #: Rough cost of the Python objects around the tensors (dataclass, cache entries); the id strings
 #: are counted with ``str_nbytes``.
@@ -86,14 +85,16 @@ def window_nbytes(window: tuple[WindowRecord, ...]) -> int:
 
 
 def memory_nbytes(*states: State | None) -> int:
-    """Bytes of memory the states hold, each piece once: a state in an arena counts its whole row
-    (an attention cache's spare slots included; often shared with the state at the step's start)."""
+    """Bytes of memory the states hold, each piece once. A state that is not a dict lives in memory
+    the serving layer holds for many learners (ktstream.serving.arena: a row) and tells its ``nbytes``
+    (the whole row, an attention cache's spare slots included; often shared with the state at the
+    step's start)."""
     held = {}
     for state in states:
-        if isinstance(state, RowState):
-            held[id(state.row)] = state.nbytes
-        else:
+        if state is None or isinstance(state, dict):
             held.update((id(t), t.nbytes) for t in (state or {}).values())
+        else:
+            held[id(state.row)] = state.nbytes
     return sum(held.values())
 
 

@@ -3,7 +3,7 @@
 A state built by one model means nothing to another, so after a swap every
 learner's state is rebuilt with the new weights by replaying its raw window
 (the last ``engine.rebuild_window`` interactions it applied) through the new
-model's serving path (ktstream.finetune.rebuild). That happens lazily, for the
+model's serving path (ktstream.serving.rebuild). That happens lazily, for the
 learners of a micro-batch whose state carries another model version, and in
 a background pass over the hot cache between micro-batches. The bookkeeping
 (last applied event, offsets, counters, the window itself) is kept as it was.
@@ -25,8 +25,8 @@ from typing import Any
 
 from ktstream.engine.decode import Decoded
 from ktstream.engine.learner import LearnerState, WindowRecord
-from ktstream.engine.runner import ModelRunner
-from ktstream.finetune.rebuild import rebuild_states
+from ktstream.serving.rebuild import rebuild_states
+from ktstream.serving.runner import ModelRunner
 
 
 def window_record(d: Decoded, seq: int) -> WindowRecord:

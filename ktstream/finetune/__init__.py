@@ -10,7 +10,6 @@ from ktstream.finetune.bootstrap import metric_for, paired_bootstrap
 from ktstream.finetune.exceptions import FinetuneError, RegistryError
 from ktstream.finetune.finetune import FinetuneConfig, FinetuneResult, fine_tune
 from ktstream.finetune.promotion import Decision, PromotionConfig, judge, promote_or_reject
-from ktstream.finetune.rebuild import Rebuilt, rebuild_state, rebuild_states
 from ktstream.finetune.registry import ModelRegistry, ModelVersion
 from ktstream.finetune.replay import ReplayData, assert_before, build_replay
 from ktstream.finetune.scheduler import CycleResult, Trainer, run_cycle
@@ -18,6 +17,6 @@ from ktstream.finetune.warmstart import warm_start
 from ktstream.finetune.watcher import RegistryWatcher
 
 __all__ = ["CycleResult", "Decision", "FinetuneConfig", "FinetuneError", "FinetuneResult", "ModelRegistry",
-           "ModelVersion", "PromotionConfig", "Rebuilt", "RegistryError", "RegistryWatcher", "ReplayData", "Trainer",
+           "ModelVersion", "PromotionConfig", "RegistryError", "RegistryWatcher", "ReplayData", "Trainer",
            "assert_before", "build_replay", "fine_tune", "judge", "promote_or_reject", "metric_for", "paired_bootstrap",
-           "rebuild_state", "rebuild_states", "run_cycle", "warm_start"]
+           "run_cycle", "warm_start"]

@@ -5,7 +5,7 @@ batch is served by one model version). ``poll`` looks at the registry at most
 every ``interval_s`` seconds; when ``latest()`` names a version other than the
 current one it loads it (CPU, eval mode) and calls ``callback(ModelVersion)``.
 The engine's callback swaps the runner's model and marks learner states for
-rebuilding (``ktstream.finetune.rebuild``). A version that cannot be loaded
+rebuilding (``ktstream.serving.rebuild``). A version that cannot be loaded
 (whatever is wrong with its files: ``ModelRegistry.get`` turns it into a
 `RegistryError`), or a registry that cannot be listed, is logged as an error,
 counted through ``on_load_error`` (the engine's

@@ -19,7 +19,7 @@ gate's probe histories (long, stepped and clocked: `probe_data`):
   loss path, at the positions it puts in the loss, against ``forward`` in the
   same mode;
 - ``engine``: the engine's batched serving path (micro-batches, waves,
-  stacked states: `ktstream.engine.runner.ModelRunner` in a `Processor` and
+  stacked states: `ktstream.serving.runner.ModelRunner` in a `Processor` and
   `Engine` over a `MemorySource`), every probe event published as JSON, in
   four micro-batches (their boundaries cut steps of some learners).
 
@@ -83,7 +83,7 @@ def engine_probs(model: KTModel, learners: list[LearnerHistory]) -> tuple[torch.
     from ktstream.engine.engine import Engine
     from ktstream.engine.processor import Processor
     from ktstream.engine.replay import replay_order
-    from ktstream.engine.runner import ModelRunner
+    from ktstream.serving.runner import ModelRunner
 
     # ids are already encoded: vocabularies whose index of "k" is k hand them back unchanged
     items = Vocabulary([str(i) for i in range(2, model.n_items)])

@@ -17,7 +17,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from ktstream.data.histories import Histories, Interactions, Prepared, applied_first, derived
-from ktstream.models.base import KTModel, State, gather_steps
+from ktstream.models.base import Described, KTModel, State, gather_steps
 from ktstream.models.embeddings import InteractionEmbedding, QuestionEmbedding
 from ktstream.models.registry import register
 
@@ -104,8 +104,10 @@ class DKT(KTModel):
         e = derived(x, "interaction")
         return self.interaction(x.items, x.concepts, x.responses) if e is None else e
 
-    def predict(self, state: State, query: Interactions) -> torch.Tensor:
-        return self._head(state["h"][:, -1], self._question_of(query)).exp()
+    def predict(self, state: State, query: Interactions, describe: bool = False,
+                max_values: int | None = None) -> torch.Tensor | Described:
+        probs = self._head(state["h"][:, -1], self._question_of(query)).exp()
+        return (probs, {}) if describe else probs
 
     def update(self, state: State, interaction: Interactions) -> State:
         """One step of the LSTM's cells, layer by layer (serving runs in eval mode: no dropout between

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ktstream.data.histories import Histories, Interactions, Prepared, derived
-from ktstream.models.base import KTModel, State, where_state
+from ktstream.models.base import Described, KTModel, State, where_state
 from ktstream.models.embeddings import InteractionEmbedding, QuestionEmbedding
 from ktstream.models.registry import register
 
@@ -118,9 +118,11 @@ class DKVMN(KTModel):
     def init_state(self, batch_size: int) -> State:
         return {"memory": self.value0.detach().unsqueeze(0).expand(batch_size, -1, -1).clone()}
 
-    def predict(self, state: State, query: Interactions) -> torch.Tensor:
+    def predict(self, state: State, query: Interactions, describe: bool = False,
+                max_values: int | None = None) -> torch.Tensor | Described:
         key, weights = self._address_of(query)
-        return self._log_probs(self._read(weights, state["memory"]), key).exp()
+        probs = self._log_probs(self._read(weights, state["memory"]), key).exp()
+        return (probs, {}) if describe else probs
 
     def update(self, state: State, interaction: Interactions) -> State:
         _, weights = self._address_of(interaction)

@@ -13,18 +13,16 @@ interaction number ``count - W + i`` (empty when negative): positions are
 implied by the layout, never stored, and cached keys/values never need
 recomputation when the window slides (position enters attention only as a
 bias from distances). Empty slots hold zeros in every path, so the training
-path's final state and the serving path's state compare exactly.
+path's final state and the serving path's state compare exactly. How the engine holds
+many learners' caches is ktstream.serving.windowed_cache.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-
-from ktstream.models.arena import WindowArena
 
 State = dict[str, torch.Tensor]
 
@@ -109,45 +107,14 @@ def shift(ks: KeySpace, dtype: torch.dtype) -> State:
     return state
 
 
-def shift_rows(ks: KeySpace, dtype: torch.dtype) -> list[State]:
-    """``shift``, built per learner (leading dim 1 each, each owning its memory): one copy of each
-    learner's cache, where ``shift`` then a split would copy it twice."""
-    assert ks.state is not None and all(v.shape[1] == 1 for v in ks.new.values()), "shift appends one per learner"
-    old, new = ks.state, {name: v.to(dtype) for name, v in ks.new.items()}
-    times, counts = ks.time[:, -1:], old["count"] + 1
-    out = []
-    for b in range(counts.shape[0]):
-        row = {name: torch.cat([old[name][b:b + 1, 1:], v[b:b + 1]], 1) for name, v in new.items()}
-        row["time"] = torch.cat([old["time"][b:b + 1, 1:], times[b:b + 1]], 1)
-        row["count"] = counts[b:b + 1].clone()
-        out.append(row)
-    return out
-
-
 def widen(state: State, width: int) -> State:
     """``state`` with every window of fewer than ``width`` slots padded in front with empty slots
-    (zeros): the whole cache of a batch that was cut to its filled slots."""
+    (zeros): the whole cache of a batch that was cut to its filled slots (``update`` and
+    ``predict`` accept such a batch)."""
     cut = width - state["time"].shape[1]
     if cut == 0:
         return state
     return {k: v if k == "count" else F.pad(v, (0, 0, cut, 0) if v.dim() == 3 else (cut, 0)) for k, v in state.items()}
-
-
-def append_rows(new: dict[str, torch.Tensor], times: torch.Tensor, previous: list[State],
-                arena: WindowArena) -> list[State]:
-    """``shift_rows`` built on each learner's previous state (``previous``): ``new`` (name ->
-    (B, 1, D), every cached name) and ``times`` (B,) appended in ``arena``, one entry written per
-    learner and name instead of a window copied (see ktstream.models.arena). CPU only."""
-    assert all(v.shape[1] == 1 for v in new.values()), "append one per learner"
-    return arena.append(previous, entry_arrays(new, times, arena.dtype))
-
-
-def entry_arrays(new: dict[str, torch.Tensor], times: torch.Tensor, dtype: torch.dtype) -> dict[str, np.ndarray]:
-    """One new entry per learner (name -> (B, 1, D)) and ``times`` (B,) as the (B, D) and (B,)
-    arrays a ``WindowArena`` appends, in its ``dtype``."""
-    out = {name: (v if v.dtype == dtype else v.to(dtype)).numpy()[:, 0] for name, v in new.items()}
-    out["time"] = times.numpy()
-    return out
 
 
 def nbytes(state: State) -> int:

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ktstream.data.histories import Histories, Interactions, applied_first
-from ktstream.models.base import State
+from ktstream.models.base import Described, State
 from ktstream.models.dkvmn import DKVMN
 from ktstream.models.ordinal_embeddings import RESPONSE_EMBEDDINGS, CausalRefiner, OrdinalInteractionEmbedding
 from ktstream.models.registry import register
@@ -264,17 +264,19 @@ class OrdinalDKVMN(DKVMN):
         value, cache = self._values(raw.unsqueeze(1), valid, state)
         return {"memory": self._write(state["memory"], weights, value[:, 0])} | cache
 
-    def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:
-        """The head's parameters for this query (theta, alpha, betas / CORAL score, tau) and the expected score."""
+    def predict(self, state: State, query: Interactions, describe: bool = False,
+                max_values: int | None = None) -> torch.Tensor | Described:
+        """With ``describe``, the head's parameters for this query (theta, alpha, betas / CORAL score,
+        tau) and the expected score."""
         key, weights = self._address_of(query)
-        summary, anchor = self._summaries(self._read(weights, state["memory"]), weights, key)
-        probs = self.head(summary, key, anchor).exp()  # (B, K)
-        expected = (probs * torch.arange(self.n_categories, dtype=probs.dtype, device=probs.device)).sum(-1)
-        return self.head.describe(summary, key, anchor) | {"expected_score": expected}
-
-    def predict(self, state: State, query: Interactions) -> torch.Tensor:
-        key, weights = self._address_of(query)
-        return self._head(self._read(weights, state["memory"]), weights, key).exp()
+        read = self._read(weights, state["memory"])
+        probs = self._head(read, weights, key).exp()
+        if not describe:
+            return probs
+        summary, anchor = self._summaries(read, weights, key)
+        undropped = self.head(summary, key, anchor).exp()  # (B, K)
+        expected = (undropped * torch.arange(self.n_categories, dtype=probs.dtype, device=probs.device)).sum(-1)
+        return probs, self.head.describe(summary, key, anchor) | {"expected_score": expected}
 
 
 @register

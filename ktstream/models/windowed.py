@@ -23,22 +23,21 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ktstream.data.histories import Histories, Interactions, Prepared, derived
 from ktstream.models import kvcache
-from ktstream.models.arena import ArenaState, WindowArena, count_of
 from ktstream.models.attention import Block, cached_window, window, without_dropout
-from ktstream.models.base import KTModel, State
+from ktstream.models.base import Described, KTModel, State
 
 CACHE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 
 
 class WindowedKT(KTModel):
     carries_state = True
+    state_kind = "windowed"  # served by ktstream.serving.windowed_cache
     key_source, value_source = "question", "interaction"  # encoder stacks (or raw embeddings) they come from
     query_encoder: str | None = None
     query_block = 256  # queries per attention block in forward (memory, not results)
@@ -203,61 +202,29 @@ class WindowedKT(KTModel):
         x, w = self._retrieve_in([(0, 1, 0, state["time"].shape[1], win)], cached, q)
         return x, w, q
 
-    def predict(self, state: State, query: Interactions) -> torch.Tensor:
-        x, _, q = self._read(state, query)
-        return self._log_probs(x, q)[:, 0].exp()
+    def predict(self, state: State, query: Interactions, describe: bool = False,
+                max_values: int | None = None) -> torch.Tensor | Described:
+        """With ``describe``, the attention of the last retriever layer over the cached past (slots
+        oldest first), from the same read of the cache.
+
+        ``attention`` (B, W) head average and ``attention_heads`` (B, H, W) on the
+        cached interactions, numbered by ``attention_positions`` (B, W; -1 empty);
+        ``attention_null`` (B,) the weight left on "no history"; ``attention_entropy``
+        (B,) mean per-head entropy (nats); ``head_diversity`` (B,) the heads'
+        Jensen-Shannon divergence (0: all heads attend alike); with head routing,
+        ``route_gates`` (B, H) the gate of each head for this query (0: off).
+        """
+        x, w, q = self._read(state, query)
+        probs = self._log_probs(x, q)[:, 0].exp()
+        return (probs, self._described(state, x, w, q, max_values)) if describe else probs
 
     def update(self, state: State, interaction: Interactions) -> State:
         state = kvcache.widen(state, self.window)
-        return kvcache.shift(self._appended(state, interaction), CACHE_DTYPES[self.cache_dtype])
+        return kvcache.shift(self.appended(state, interaction), CACHE_DTYPES[self.cache_dtype])
 
-    def update_rows(self, state: State, interaction: Interactions, previous: list[State] | None = None) -> list[State]:
-        if previous is not None and all(t.device.type == "cpu" for t in state.values()):
-            # one entry written per learner, not a window copied; ``state`` may be cut (filled_slots)
-            if self.encoders:
-                return kvcache.append_rows(self._appended(state, interaction).new, interaction.times, previous,
-                                           self.arena())
-            return self.append_entries(previous, self._entries(interaction))  # no key space
-        return kvcache.shift_rows(self._appended(kvcache.widen(state, self.window), interaction),
-                                  CACHE_DTYPES[self.cache_dtype])
-
-    def entries(self, interactions: Interactions) -> dict[str, np.ndarray] | None:
-        """The cache entries of the interactions, when no encoder stack attends over the cache on the
-        way in (they depend on the interactions alone) and windows live in the arena (CPU)."""
-        if self.encoders or self.head[0].weight.device.type != "cpu":
-            return None
-        return self._entries(interactions)
-
-    def _entries(self, interactions: Interactions) -> dict[str, np.ndarray]:
-        q, y = self._embedded(interactions)
-        new = self._retrieval_entries({"question": q, "interaction": y}, q)
-        return kvcache.entry_arrays(new, interactions.times, self.arena().dtype)
-
-    def append_entries(self, previous: list[State], entries: dict[str, np.ndarray]) -> list[State]:
-        return self.arena().append(previous, entries)
-
-    def arena(self) -> WindowArena:
-        """The memory of the windows ``update_rows`` builds on previous states (made on first use)."""
-        if self._arena is None:
-            self._arena = WindowArena(self.cache_dims(), self.window, CACHE_DTYPES[self.cache_dtype])
-        return self._arena
-
-    def filled_slots(self, states: list[State], update: bool = False) -> dict[str, int] | None:
-        """The last min(W, most interactions any of them applied) slots: the earlier ones are empty
-        (zeros) for every learner, so predict need not stack or read them, and short histories
-        cost what they hold, not a whole window. ``update_rows`` reads no slot unless encoder stacks
-        attend over them: it appends to ``previous``. CPU states only (``update_rows`` appends in
-        place there)."""
-        if not isinstance(states[0], ArenaState) and states[0]["count"].device.type != "cpu":
-            return None
-        if update and not self.encoders:
-            filled = 0
-        else:
-            filled = min(self.window, max(count_of(s) for s in states))
-        return None if filled == self.window else dict.fromkeys([*self.cache_dims(), "time"], filled)
-
-    def _appended(self, state: State, interaction: Interactions) -> kvcache.KeySpace:
-        """The cache followed by one new interaction per learner (encoders run on it)."""
+    def appended(self, state: State, interaction: Interactions) -> kvcache.KeySpace:
+        """The cache followed by one new interaction per learner (encoders run on it); ``state`` may be
+        cut to its last slots (the keys the encoders may read)."""
         q, y = self._embedded(interaction)
         applied = torch.ones(len(interaction), 1, dtype=torch.bool, device=q.device)
         return self._append(state, q, y, state["count"].unsqueeze(1), applied, interaction.times.unsqueeze(1))
@@ -271,31 +238,22 @@ class WindowedKT(KTModel):
         q = derived(x, "question")
         return self.embed_question(x.items.unsqueeze(1), x.concepts.unsqueeze(1)) if q is None else q
 
+    def cache_entries(self, interactions: Interactions) -> dict[str, torch.Tensor]:
+        """What the cache keeps of one new interaction per learner (name -> (B, 1, D)), computed from
+        the interactions alone: valid without encoder stacks, which attend over the cache on the
+        way in (with them, ``appended(state, interaction).new``)."""
+        assert not self.encoders, "encoder stacks read the cache: use appended(state, interaction)"
+        q, y = self._embedded(interactions)
+        return self._retrieval_entries({"question": q, "interaction": y}, q)
+
     def _embedded(self, interaction: Interactions) -> tuple[torch.Tensor, torch.Tensor]:
         """Question and interaction embeddings (B, 1, D) of one interaction per learner."""
         i, q = interaction, self._question(interaction)
         return q, self.embed_interaction(i.items.unsqueeze(1), i.concepts.unsqueeze(1), i.responses.unsqueeze(1), q)
 
-    def describe(self, state: State, query: Interactions) -> dict[str, torch.Tensor]:
-        """Attention of the last retriever layer over the cached past (slots oldest first).
-
-        ``attention`` (B, W) head average and ``attention_heads`` (B, H, W) on the
-        cached interactions, numbered by ``attention_positions`` (B, W; -1 empty);
-        ``attention_null`` (B,) the weight left on "no history"; ``attention_entropy``
-        (B,) mean per-head entropy (nats); ``head_diversity`` (B,) the heads'
-        Jensen-Shannon divergence (0: all heads attend alike); with head routing,
-        ``route_gates`` (B, H) the gate of each head for this query (0: off).
-        """
-        return self._described(state, *self._read(state, query))
-
-    def predict_described(self, state: State, query: Interactions,
-                          max_values: int | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        x, w, q = self._read(state, query)  # one read of the cache for both
-        return self._log_probs(x, q)[:, 0].exp(), self._described(state, x, w, q, max_values)
-
     def _described(self, state: State, x: torch.Tensor, w: torch.Tensor, q: torch.Tensor,
                    max_values: int | None = None) -> dict[str, torch.Tensor]:
-        """``describe``'s entries; with ``max_values``, the window-wide ones (W or H * W numbers per
+        """``predict``'s extras; with ``max_values``, the window-wide ones (W or H * W numbers per
         learner) only when they are not more than that: the engine's messages carry no larger entry,
         so building (B, H, W) maps for every wave would be work thrown away."""
         w = w[:, :, 0]  # (B, H, 1 + S); S < W when the batch was cut to its filled slots

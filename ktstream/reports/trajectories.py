@@ -59,7 +59,7 @@ def concept_curves(model: KTModel, items: Vocabulary, concepts: Vocabulary, lear
         score = _score(model, model.predict(wide, query)).double()
         rows.append(torch.zeros(len(names), dtype=torch.float64).index_add_(0, owner, score)
                     / torch.bincount(owner, minlength=len(names)))
-        info = model.describe(wide, query)
+        _, info = model.predict(wide, query, describe=True)
         if "theta" in info:  # ability as read through each probe item; averaged over the probes
             thetas.append(float(info["theta"].reshape(Q, -1)[:, 0].mean()))
     return torch.stack(rows).numpy(), (np.array(thetas) if len(thetas) == len(rows) else None)
@@ -119,7 +119,8 @@ def attention_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, re
     chosen = set(sample_learners(records, learners))
     grouped = group_by_learner(r for r in records if r["learner_id"] in chosen)
     hists = {lid: collate([encode_learner(lid, recs, items, concepts)]) for lid, recs in grouped.items()}
-    if not hists or "attention" not in model.describe(model.init_state(1), next(iter(hists.values())).at(0)):
+    if not hists or "attention" not in model.predict(model.init_state(1), next(iter(hists.values())).at(0),
+                                                     describe=True)[1]:
         return None
     fig, axes = plt.subplots(1, len(hists), figsize=(6.2 * len(hists), 5.6), squeeze=False)
     for ax, (lid, hist) in zip(axes[0], sorted(hists.items())):

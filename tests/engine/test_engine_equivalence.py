@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ktstream.models import names
+from ktstream.serving import WindowedCacheLayout
 
 
 CASES = [(name, 37) for name in names()] + [("dkt", 1), ("dkvmn", 1)]  # 1: every event its own micro-batch
@@ -30,10 +31,10 @@ def test_engine_matches_offline_replay(name, max_batch, kit):
 
 @pytest.mark.parametrize("name", names())
 def test_chunked_waves_give_the_same_messages(name, kit, monkeypatch):
-    """Waves run in chunks stacked into reused buffers (ktstream.engine.runner): chunks of one and of
+    """Waves run in chunks stacked into reused buffers (ktstream.serving.runner): chunks of one and of
     three learners give the messages of unchunked waves (probabilities, ability, mastery, extras), so
     nothing a chunk returns aliases a buffer the next chunk overwrites."""
-    import ktstream.engine.runner as runner
+    import ktstream.serving.runner as runner
 
     recs = kit.stream(n_learners=12, mean_length=12, seed=6)
     items, concepts = kit.build_vocabularies(recs)
@@ -52,21 +53,20 @@ def test_chunked_waves_give_the_same_messages(name, kit, monkeypatch):
 
 @pytest.mark.parametrize("name", ["sakt", "simplekt"])
 def test_appending_a_micro_batch_then_predicting_matches_running_each_wave(name, kit, monkeypatch):
-    """Models whose updates append entries made from the interactions alone (``KTModel.entries``)
+    """Models whose updates append entries made from the interactions alone (``Layout.entries``)
     apply a micro-batch's waves first and predict every event afterwards in one call
-    (ktstream.engine.runner). Messages and learner states (windows, step starts, raw windows,
+    (ktstream.serving.runner). Messages and learner states (windows, step starts, raw windows,
     counters) equal those of running each wave through the model, steps and prediction-only
     events included."""
     recs = kit.stream(n_learners=10, mean_length=14, seed=7)
     items, concepts = kit.build_vocabularies(recs)
     model = kit.tiny_model(name, items, concepts)
     calls = []  # model calls (predictions) per run: one per micro-batch when appending, one per wave otherwise
-    monkeypatch.setattr(model, "predict_described",
-                        lambda *a, f=model.predict_described, **k: calls.append(1) or f(*a, **k))
+    monkeypatch.setattr(model, "predict", lambda *a, f=model.predict, **k: calls.append(1) or f(*a, **k))
     runs = []
     for waves_alone in (False, True):
         if waves_alone:
-            monkeypatch.setattr(model, "entries", lambda interactions: None)
+            monkeypatch.setattr(WindowedCacheLayout, "entries", lambda self, interactions: None)
         calls.clear()
         engine, source, sink = kit.memory_engine(model, items, concepts, kit.as_records(recs), max_batch=40)
         kit.drain(engine, source)
@@ -96,7 +96,7 @@ def test_appending_a_micro_batch_then_predicting_matches_running_each_wave(name,
 @pytest.mark.parametrize("name", ["dkt", "dkvmn", "deep-gpcm"])
 def test_prepared_rows_predict_and_update_as_the_plain_rows(name, kit, monkeypatch):
     """Recurrent models compute what predict and update derive from the events alone once per
-    micro-batch (``KTModel.prepare``); each wave takes its rows. Any rows of a prepared micro-batch
+    micro-batch (``ktstream.serving.runner.Prepares``); each wave takes its rows. Any rows of a prepared micro-batch
     (a slice, or picked rows) predict and update exactly as the same rows unprepared, and the
     engine hands the model prepared rows."""
     from ktstream.data.histories import Interactions, Prepared
@@ -119,7 +119,8 @@ def test_prepared_rows_predict_and_update_as_the_plain_rows(name, kit, monkeypat
             after = model.update(state, mine)
             assert all(torch.allclose(after[k], v, atol=1e-6) for k, v in model.update(state, plain).items())
     seen = []
-    monkeypatch.setattr(model, "predict", lambda s, q, f=model.predict: seen.append(type(q)) or f(s, q))
+    monkeypatch.setattr(model, "predict",
+                        lambda s, q, *a, f=model.predict, **k: seen.append(type(q)) or f(s, q, *a, **k))
     engine, source, sink = kit.memory_engine(model, items, concepts, kit.as_records(recs), max_batch=20)
     kit.drain(engine, source)
     assert seen and set(seen) == {Prepared}

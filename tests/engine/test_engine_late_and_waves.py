@@ -15,7 +15,7 @@ from ktstream.engine.batcher import Planned, plan
 from ktstream.engine.decode import decode
 from ktstream.engine.learner import LearnerState
 from ktstream.engine.records import Record
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.models import create
 
 

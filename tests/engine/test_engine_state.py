@@ -13,6 +13,7 @@ from ktstream.engine.learner import OVERHEAD_BYTES, LearnerState, str_nbytes
 from ktstream.engine.records import MemorySink
 from ktstream.engine.state_cache import StateCache
 from ktstream.models import create
+from ktstream.serving import layout_for
 
 
 def learner(lid, floats=100, partition=("ev", 0)):
@@ -41,9 +42,9 @@ def test_an_attention_cache_counts_its_whole_row_once():
     q = Interactions(torch.tensor([3]), torch.tensor([[2]]), torch.tensor([1]),
                      torch.tensor([1.7e9], dtype=torch.float64))
     with torch.inference_mode():
-        start = model.init_state(1)
-        first = model.update_rows(start, q, [start])[0]
-        second = model.update_rows(first, q, [first])[0]
+        layout, start = layout_for(model), model.init_state(1)
+        first = layout.update_rows(start, q, [start])[0]
+        second = layout.update_rows(first, q, [first])[0]
     row = sum(v.nbytes for k, v in first.items() if k != "count") * (8 + 16) // 8  # W + spare slots
     assert second.row is first.row
     st = LearnerState("a", second, "v1", step_state=first)

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from ktstream.engine.processor import Processor
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.engine.state_cache import StateCache
 from ktstream.state.codec import decode, encode
 

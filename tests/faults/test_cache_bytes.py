@@ -21,7 +21,7 @@ from ktstream.engine.engine import Engine
 from ktstream.engine.learner import memory_nbytes
 from ktstream.engine.processor import Processor
 from ktstream.engine.records import Record
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.models import create, family
 
 

@@ -23,7 +23,7 @@ from ktstream.data.vocab import Vocabulary
 from ktstream.engine import MemorySink, MemorySource, Record, StateCache
 from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.models import create, family
 from tests.faults.hostile import CASES, CONCEPTS, ITEMS, MAX_RECORD_BYTES, accounting, as_records, hostile_corpus
 

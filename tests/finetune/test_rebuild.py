@@ -8,7 +8,7 @@ import torch
 
 from ktstream.data.histories import build_vocabularies, collate, encode_learner
 from ktstream.data.simulate import simulate
-from ktstream.finetune import rebuild_state, rebuild_states
+from ktstream.serving import rebuild_state, rebuild_states
 from ktstream.models import create, family, names
 
 ATOL = 1e-8  # float64: the serving path and the batched forward differ only in summation order (~1e-10)

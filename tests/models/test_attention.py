@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from ktstream.data.histories import collate
-from ktstream.models import arena as arena_module
 from ktstream.models import create, family, kvcache
-from ktstream.models.arena import ArenaState
-from ktstream.models.base import stack_states
 from ktstream.models.attention import SOFTMAX_MIN_COLUMNS, HeadRouter, WindowAttention, softmax_of_columns
 from ktstream.models.serving import replay
+from ktstream.serving import StackBuffer, WindowState, layout_for, stack_states
+from ktstream.serving import arena as arena_module
+from ktstream.serving import window_arena
 
 N_ITEMS, N_CONCEPTS, W = 30, 12, 8
 FAMILIES = ["sakt", "akt", "simplekt"]
@@ -155,7 +155,7 @@ def test_first_interaction_predicts_from_an_empty_cache(name, make_histories):
     state = model.init_state(2)
     probs = model.predict(state, hist.at(0))
     assert torch.isfinite(probs).all() and torch.allclose(probs.sum(-1), torch.ones(2))
-    info = model.describe(state, hist.at(0))
+    _, info = model.predict(state, hist.at(0), describe=True)
     assert torch.equal(info["attention"], torch.zeros(2, W)) and torch.allclose(info["attention_null"], torch.ones(2))
 
 
@@ -164,7 +164,7 @@ def test_describe_reports_weights_over_the_cached_past(name, make_histories):
     model = build(name, **OPTIONS["routing"])
     _, hist = make_histories([W + 3, 2], N_ITEMS, N_CONCEPTS, 2, seed=18, step_prob=0.0)
     _, state = replay(model, hist)
-    info = model.describe(state, hist.at(0))
+    _, info = model.predict(state, hist.at(0), describe=True)
     assert torch.allclose(info["attention"].sum(-1) + info["attention_null"], torch.ones(2), atol=1e-5)
     assert torch.allclose(info["attention_heads"].mean(1), info["attention"], atol=1e-6)
     assert info["attention_positions"][0].tolist() == list(range(3, W + 3))
@@ -177,16 +177,16 @@ def test_describe_reports_weights_over_the_cached_past(name, make_histories):
 
 @pytest.mark.parametrize("name,window", itertools.product(FAMILIES, [W, 40, 80]))
 def test_described_for_messages_is_what_messages_carry(name, window, make_histories):
-    """predict_described(max_values=64), the engine's call, leaves out only the window-wide entries a
+    """predict(describe=True, max_values=64), the engine's call, leaves out only the window-wide entries a
     prediction message would drop anyway (more than 64 numbers per learner): the messages are the same."""
     from ktstream.engine.messages import MAX_EXTRA_VALUES, describe_rows
 
     model = build(name, **{**OPTIONS["routing"], "window": window})  # 4 heads: H * W = 32, 160 or 320 numbers
     _, hist = make_histories([window + 3, 2], N_ITEMS, N_CONCEPTS, 2, seed=19, step_prob=0.0)
     _, state = replay(model, hist)
-    probs, part = model.predict_described(state, hist.at(0), MAX_EXTRA_VALUES)
+    probs, part = model.predict(state, hist.at(0), describe=True, max_values=MAX_EXTRA_VALUES)
     assert torch.equal(probs, model.predict(state, hist.at(0)))
-    full = model.describe(state, hist.at(0))
+    _, full = model.predict(state, hist.at(0), describe=True)
     left_out = {k for k, v in full.items() if v[0].numel() > MAX_EXTRA_VALUES}
     assert left_out == {W: set(), 40: {"attention_heads"}, 80: {"attention", "attention_heads", "attention_positions"}}[window]
     assert set(part) == set(full) - left_out
@@ -271,13 +271,14 @@ def test_a_cached_learner_is_independent_of_batch_order(make_histories):
 
 @pytest.mark.parametrize("cache_dtype", ["float32", "float16"])
 def test_caches_are_appended_in_place_in_the_arena_only(cache_dtype, make_histories):
-    """``update_rows`` on previous states writes into its model's arena only: previous states that
+    """``update_rows`` on previous states writes into its layout's arena only: previous states that
     view other memory (here rows of one batch, as a decoded store blob may) are copied into rows
     and never written; a state in the arena moves on one slot within its row, a retry from the
     same state writes the same slot again, and when the row's spare slots are used up the window
     moves to another row. Every state equals ``update``'s and no earlier state changes."""
     model = build("sakt", cache_dtype=cache_dtype)
-    spare = arena_module.spare_slots(W)
+    layout = layout_for(model)
+    spare = window_arena.spare_slots(W)
     T = W + 2 + spare + 3
     _, hist = make_histories([T + 1] * 3, N_ITEMS, N_CONCEPTS, 2, seed=23)
     made = []
@@ -288,9 +289,9 @@ def test_caches_are_appended_in_place_in_the_arena_only(cache_dtype, make_histor
         for t in range(W + 2, T):
             stacked = stack_states(rows)
             expected = model.update(stacked, hist.at(t))
-            model.update_rows(stacked, hist.at(t), rows)  # staged, then dropped (an abort)
-            new = model.update_rows(stacked, hist.at(t), rows)
-            assert all(isinstance(r, ArenaState) for r in new)
+            layout.update_rows(stacked, hist.at(t), rows)  # staged, then dropped (an abort)
+            new = layout.update_rows(stacked, hist.at(t), rows)
+            assert all(isinstance(r, WindowState) for r in new)
             assert all(states_equal(r, {k: v[b:b + 1] for k, v in expected.items()}, atol=0)
                        for b, r in enumerate(new))
             for old, r in zip(rows, new):
@@ -314,14 +315,15 @@ def test_arena_rows_are_reused_only_when_nothing_refers_to_them(updates, make_hi
     empty slots, not the earlier learner's: whether the earlier window was appended in that row
     only (slots from W - 1 on) or moved into it (the slots before too)."""
     model = build("sakt")
-    T = W - 1 if updates == "in its first row" else arena_module.spare_slots(W) + 3  # moved, then one append
+    layout = layout_for(model)
+    T = W - 1 if updates == "in its first row" else window_arena.spare_slots(W) + 3  # moved, then one append
     _, hist = make_histories([T + 1, T + 1], N_ITEMS, N_CONCEPTS, 2, seed=24)
     with torch.inference_mode():
         rows = [model.init_state(1)] * 2
         for t in range(T):
-            rows = model.update_rows(stack_states(rows), hist.at(t), rows)
+            rows = layout.update_rows(stack_states(rows), hist.at(t), rows)
         assert all(r.first == (T - 1 if updates == "in its first row" else 1) for r in rows)
-        arena, taken = model.arena(), {r.row.index for r in rows}
+        arena, taken = layout.arena(), {r.row.index for r in rows}
         assert len(taken) == 2 and not taken & set(arena.free)
         view = rows[0]["retriever_0_k"]
         del rows
@@ -329,7 +331,7 @@ def test_arena_rows_are_reused_only_when_nothing_refers_to_them(updates, make_hi
         del view
         assert taken <= set(arena.free)
         start = [model.init_state(1)] * 2
-        new = model.update_rows(stack_states(start), hist.at(T), start)
+        new = layout.update_rows(stack_states(start), hist.at(T), start)
         expected = model.update(stack_states(start), hist.at(T))
     assert {r.row.index for r in new} == taken  # the freed rows, taken again
     assert all(states_equal(r, {k: v[b:b + 1] for k, v in expected.items()}, atol=0) for b, r in enumerate(new))
@@ -339,18 +341,19 @@ def test_an_arena_grows_without_changing_any_state(make_histories):
     """More learners than reserved rows: the arena grows, every state still equals ``update``'s and
     tensors read before the growth still read what they did."""
     model = build("sakt")
-    model._arena = arena_module.WindowArena(model.cache_dims(), W, torch.float32, rows=2)
+    layout = layout_for(model)
+    layout._arena = window_arena.WindowArena(model.cache_dims(), W, torch.float32, rows=2)
     _, hist = make_histories([W + 2] * 5, N_ITEMS, N_CONCEPTS, 2, seed=26)
     with torch.inference_mode():
         rows = [model.init_state(1)] * 5
-        first = model.update_rows(stack_states(rows[:1]), hist.select([0]).at(0), rows[:1])
+        first = layout.update_rows(stack_states(rows[:1]), hist.select([0]).at(0), rows[:1])
         early = {k: (v, v.clone()) for k, v in first[0].items()}
         for t in range(W + 2):
             expected = model.update(stack_states(rows), hist.at(t))
-            rows = model.update_rows(stack_states(rows), hist.at(t), rows)
+            rows = layout.update_rows(stack_states(rows), hist.at(t), rows)
             assert all(states_equal(r, {k: v[b:b + 1] for k, v in expected.items()}, atol=0)
                        for b, r in enumerate(rows))
-    assert len(model.arena().used) >= 8
+    assert len(layout.arena().used) >= 8
     assert all(torch.equal(view, copy) for view, copy in early.values())
 
 
@@ -374,7 +377,7 @@ def _huge_pages_allowed(address: int) -> bool | None:
 def test_arena_memory_is_zeroed_plain_pages():
     """Arena arrays start as zeros, are writable, and are kept off transparent huge pages: a first
     write into a huge page zeroes (and may compact) 2 MB in place, which stalled the engine for
-    tens of milliseconds on every batch of new learners (see ktstream.models.arena.zeros)."""
+    tens of milliseconds on every batch of new learners (see ktstream.serving.arena.zeros)."""
     a = arena_module.zeros((4096, 250, 64), np.float32)  # 256 MB of address space, as an arena reserves
     assert a.shape == (4096, 250, 64) and a.flags.c_contiguous and a.flags.writeable
     a[17, 3] = 1.5
@@ -391,9 +394,8 @@ def test_a_batch_cut_to_its_filled_slots_serves_as_the_whole_window(name, option
     """``filled_slots``: learners with short histories stacked without their empty leading slots
     (what the engine's runner does) predict, describe and update as from whole windows; a batch of
     learners with no history at all is cut to no slot."""
-    from ktstream.engine.runner import StackBuffer
-
     model = build(name, **OPTIONS[option])
+    layout = layout_for(model)
     _, hist = make_histories([W + 2, W + 2, W + 2], N_ITEMS, N_CONCEPTS, 2, seed=25)
     with torch.inference_mode():
         for applied in ([0, 0, 0], [1, 4, 2], [0, W - 2, 3]):  # learners' history lengths
@@ -401,28 +403,26 @@ def test_a_batch_cut_to_its_filled_slots_serves_as_the_whole_window(name, option
                     for b, n in enumerate(applied)]
             whole = stack_states(rows)
             assert whole["count"].tolist() == applied
-            tail = model.filled_slots(rows)
+            tail = layout.filled_slots(rows)
             assert tail is not None and set(tail.values()) == {max(applied)}
             cut = StackBuffer().stack(rows, tail)
             assert cut["time"].shape[1] == max(applied)
             query = hist.at(W)
-            p_whole, d_whole = model.predict_described(whole, query)
-            p_cut, d_cut = model.predict_described(cut, query)
+            p_whole, d_whole = model.predict(whole, query, describe=True)
+            p_cut, d_cut = model.predict(cut, query, describe=True)
             assert torch.allclose(p_cut, p_whole, atol=1e-6)
             assert d_cut.keys() == d_whole.keys()
             assert all(d_cut[k].shape == d_whole[k].shape and torch.allclose(d_cut[k], d_whole[k], atol=1e-6)
                        for k in d_whole)
             expected = model.update(whole, query)
             for update in (False, True):
-                batch = StackBuffer().stack(rows, model.filled_slots(rows, update=update))
-                for b, r in enumerate(model.update_rows(batch, query, rows)):
+                batch = StackBuffer().stack(rows, layout.filled_slots(rows, update=update))
+                for b, r in enumerate(layout.update_rows(batch, query, rows)):
                     assert states_equal(r, {k: v[b:b + 1] for k, v in expected.items()}, atol=1e-6)
             assert states_equal(model.update(cut, query), expected, atol=1e-6)
 
 
 def test_stack_buffer_cuts_windows_to_their_last_slots():
-    from ktstream.engine.runner import StackBuffer
-
     rows = [{"w": torch.arange(12.0).view(1, 6, 2) + 100 * b, "time": torch.arange(6.0, dtype=torch.float64).view(1, 6),
              "n": torch.tensor([b])} for b in range(3)]
     buf = StackBuffer()

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ktstream.data.histories import NO_RESPONSE, collate
-from ktstream.models import create, family, names, split_state, stack_states
+from ktstream.models import create, family, names
 from ktstream.models.serving import replay
 
 N_ITEMS, N_CONCEPTS = 30, 12
@@ -131,77 +131,22 @@ def test_predict_does_not_mutate_state(name, make_histories):
 
 
 @pytest.mark.parametrize("name", names())
-def test_per_learner_updates_equal_the_batched_update(name, make_histories):
-    """``update_rows`` (what the engine keeps) is ``update`` split per learner, each row owning its memory,
-    and ``predict_described`` is ``predict`` and ``describe``."""
+def test_a_described_prediction_is_the_prediction_and_per_learner_extras(name, make_histories):
+    """``predict(..., describe=True)`` gives ``predict``'s probabilities and extras of leading dim B;
+    ``max_values`` only leaves out entries of more numbers per learner."""
     model = build(name)
     _, hist = make_histories([12, 9, 12], N_ITEMS, N_CONCEPTS, 2, seed=8)
     _, state = replay(model, hist)
     with torch.inference_mode():
-        batched = model.update(state, hist.at(8))
-        rows = model.update_rows(state, hist.at(8))
-        probs, extras = model.predict_described(state, hist.at(8))
-        alone, described = model.predict(state, hist.at(8)), model.describe(state, hist.at(8))
-    assert len(rows) == 3 and all(set(r) == set(batched) for r in rows)
-    for b, row in enumerate(rows):
-        for k, t in row.items():
-            assert t.shape == batched[k][b:b + 1].shape and torch.equal(t, batched[k][b:b + 1]), (name, k)
-            assert t.untyped_storage().nbytes() == t.numel() * t.element_size(), f"{name}: row {k} shares storage"
-    assert torch.equal(probs, alone) and set(extras) == set(described)
-    assert all(torch.equal(extras[k], described[k]) for k in extras)
-
-
-@pytest.mark.parametrize("name", names())
-def test_updates_built_on_previous_states_leave_every_earlier_state_as_it_was(name, make_histories):
-    """``update_rows`` given the learners' previous states, as the engine calls it, step after step
-    (past the window and an attention cache's spare slots): each step equals ``update``; no state
-    made earlier changes, a retry from the same state (a batch aborted and processed again)
-    included; no row views the stacked batch it was computed from."""
-    model = build(name)
-    T = horizon(model) + 40
-    _, hist = make_histories([T, T, T], N_ITEMS, N_CONCEPTS, 2, seed=9)
-    made = []  # (state, a copy of its values) for every state so far
-    with torch.inference_mode():
-        rows = split_state(model.init_state(3))
-        for t in range(T):
-            batch = stack_states(rows)
-            model.update_rows(stack_states(rows), hist.at(t), rows)  # staged, then dropped
-            new = model.update_rows(batch, hist.at(t), rows)
-            expected = model.update(batch, hist.at(t))
-            for b, row in enumerate(new):
-                for k, v in row.items():
-                    assert torch.equal(v, expected[k][b:b + 1]), f"{name}: step {t}, row {b}, {k}"
-                    assert v.untyped_storage().data_ptr() != batch[k].untyped_storage().data_ptr(), (name, k)
-            made += [(r, {k: v.clone() for k, v in r.items()}) for r in rows]
-            rows = new
-    for state, values in made:
-        assert all(torch.equal(state[k], values[k]) for k in state), f"{name}: an earlier state changed"
-
-
-@pytest.mark.parametrize("name", names())
-def test_states_kept_in_the_models_memory_stack_as_plain_ones_and_free_it(name, make_histories):
-    """``update_rows`` on previous states keeps them in the model's arena: the model stacks them
-    (mixed with plain states, as new learners' are) exactly as ``stack_states`` would, and their
-    rows go back to the arena once nothing refers to them."""
-    model = build(name)
-    _, hist = make_histories([6, 6, 6], N_ITEMS, N_CONCEPTS, 2, seed=10)
-    with torch.inference_mode():
-        rows = split_state(model.init_state(3))
-        for t in range(5):
-            rows = model.update_rows(stack_states(rows), hist.at(t), rows)
-        mixed = [rows[0], model.init_state(1), rows[2]]
-        tail = model.filled_slots(mixed)
-        stacked = model.stack(mixed, tail)
-        whole = stack_states([{k: v for k, v in s.items()} for s in mixed])
-        if tail:
-            whole = {k: v[:, v.shape[1] - tail[k]:] if k in tail else v for k, v in whole.items()}
-        arena = model._arena
-    assert stacked is not None and stacked.keys() == whole.keys()
-    assert all(torch.equal(stacked[k], whole[k]) for k in whole), name
-    taken = {r.row.index for r in rows}
-    assert not taken & set(arena.free)
-    del rows, mixed
-    assert taken <= set(arena.free), f"{name}: rows not returned"
+        alone = model.predict(state, hist.at(8))
+        probs, extras = model.predict(state, hist.at(8), describe=True)
+        capped, few = model.predict(state, hist.at(8), describe=True, max_values=4)
+    assert torch.equal(probs, alone) and torch.equal(capped, alone)
+    assert all(v.shape[0] == 3 for v in extras.values()), name
+    assert set(few) <= set(extras)
+    for k, v in extras.items():
+        if v[0].numel() <= 4:
+            assert k in few and torch.equal(few[k], v), (name, k)
 
 
 @pytest.mark.parametrize("name", [n for n in names() if family(n).carries_state])

@@ -74,7 +74,7 @@ def test_betas_ordered_and_alpha_positive_for_random_weights(K, seed, make_histo
     _, hist = make_histories([12, 7], N_ITEMS, N_CONCEPTS, K, seed=seed)
     _, state = replay(model, hist)
     with torch.no_grad():
-        d = model.describe(state, hist.at(5))
+        d = model.predict(state, hist.at(5), describe=True)[1]
     assert d["betas"].shape == (2, K - 1)
     assert bool((d["betas"].diff(dim=-1) > 0).all()), f"thresholds not increasing: {d['betas']}"
     assert bool((d["alpha"] > 0).all())
@@ -86,7 +86,7 @@ def test_describe_matches_predict(make_histories):
     _, state = replay(model, hist)
     with torch.no_grad():
         q = hist.at(2)
-        probs, d = model.predict(state, q), model.describe(state, q)
+        probs, d = model.predict(state, q, describe=True)
     assert set(d) >= {"theta", "alpha", "betas", "expected_score"}
     assert torch.allclose(probs, gpcm_log_probs(d["theta"], d["alpha"], d["betas"]).exp(), atol=1e-6)
     assert torch.allclose(d["expected_score"], (probs * torch.arange(4.0)).sum(-1), atol=1e-6)
@@ -99,15 +99,15 @@ def test_anchored_ability_is_zero_for_a_new_learner_on_every_item(make_histories
         torch.manual_seed(11)
         model = create(name, **kw).eval()
         with torch.no_grad():
-            fresh = model.describe(model.init_state(3), hist.at(2))["theta"]
+            fresh = model.predict(model.init_state(3), hist.at(2), describe=True)[1]["theta"]
             _, state = model(hist)
-            later = model.describe(state, hist.at(2))["theta"]
+            later = model.predict(state, hist.at(2), describe=True)[1]["theta"]
         assert torch.allclose(fresh, torch.zeros(3), atol=1e-6)
         assert later.abs().max() > 1e-4
     torch.manual_seed(11)
     free = create("deep-gpcm", anchored=False, **kw).eval()
     with torch.no_grad():
-        assert free.describe(free.init_state(3), hist.at(2))["theta"].abs().max() > 1e-4
+        assert free.predict(free.init_state(3), hist.at(2), describe=True)[1]["theta"].abs().max() > 1e-4
 
 
 def test_unanchored_variant_keeps_train_serve_equivalence(make_histories):
@@ -148,7 +148,7 @@ def test_blend_describe_has_both_heads_and_gate(make_histories):
     _, hist = make_histories([6, 9], N_ITEMS, N_CONCEPTS, 3, seed=4)
     _, state = replay(model, hist)
     with torch.no_grad():
-        d = model.describe(state, hist.at(1))
+        d = model.predict(state, hist.at(1), describe=True)[1]
     assert {"theta", "alpha", "betas", "tau", "gpcm_weight", "expected_score"} <= set(d)
     assert bool(((d["gpcm_weight"] > 0) & (d["gpcm_weight"] < 1)).all())
 
@@ -402,7 +402,7 @@ def test_describe_fills_the_prediction_message(make_histories):
     _, hist = make_histories([8, 3], N_ITEMS, N_CONCEPTS, 4, seed=14)
     _, state = replay(model, hist)
     with torch.no_grad():
-        d = model.describe(state, hist.at(1))
+        d = model.predict(state, hist.at(1), describe=True)[1]
     row = describe_row(d, 1, {})
     assert row["ability"] == pytest.approx(float(d["theta"][1]))
     assert row["extras"]["betas"] == pytest.approx(d["betas"][1].tolist())

@@ -14,7 +14,7 @@ from ktstream.engine import MemorySink, MemorySource, Record, StateCache
 from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
 from ktstream.engine.replay import replay_order
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.models import create, family
 from ktstream.models.serving import replay
 from ktstream.state import MemoryStore, SqliteStore

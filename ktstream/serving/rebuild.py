@@ -27,7 +27,8 @@ import torch
 from ktstream.data.histories import collate, encode_learner, group_by_learner
 from ktstream.data.vocab import Vocabulary
 from ktstream.engine.learner import step_key
-from ktstream.models.base import KTModel, State, select_state, split_state, where_state
+from ktstream.models.base import KTModel, State, select_state, where_state
+from ktstream.serving.stacking import split_state
 
 
 @dataclass

@@ -82,9 +82,12 @@ class BatchCollector:
         return self._collect(unfreeze=False)
 
     def full(self) -> tuple[int, float]:
-        """A full collection, the frozen objects too once started; returns (unreachable objects, seconds)."""
-        self._last_full = time.monotonic()
-        return self._collect(unfreeze=self.started)
+        """A full collection, the frozen objects too once started; returns (unreachable objects, seconds).
+        The interval to the next one counts from this one's end: a slow collection does not shorten it."""
+        try:
+            return self._collect(unfreeze=self.started)
+        finally:
+            self._last_full = time.monotonic()
 
     def _collect(self, unfreeze: bool) -> tuple[int, float]:
         start = time.perf_counter()

@@ -11,7 +11,7 @@ import weakref
 
 import pytest
 
-from ktstream.engine.collector import BatchCollector
+from ktstream.engine.collector import PROMOTE_EVERY, BatchCollector
 from ktstream.engine.learner import LearnerState
 
 
@@ -50,8 +50,11 @@ def test_collections_between_batches_free_cycles_and_never_rescan_the_long_lived
         cycle(freed)
         if source.pending:
             return False
-        if "served" not in seen:  # one more loop turn, which collects whatever is there
+        if "served" not in seen:  # collect at every turn from now on ...
             seen["served"], collector.young_objects = collector.collections, 1
+            return False
+        if collector.collections % PROMOTE_EVERY:  # ... up to the next collection that freezes survivors
+            assert collector.collections < seen["served"] + 2 * PROMOTE_EVERY, "no collection froze survivors"
             return False
         cached = {id(engine.cache.peek(lid)) for lid in engine.cache.keys()}
         seen["cached"] = len(cached)

@@ -6,8 +6,8 @@ taken when the read starts (the last stable offset of the first fetch), without
 a consumer group, dropping records of aborted transactions even where the
 broker does not (connectors.kafka.committed). It never stops on an empty poll;
 a read without progress for ``stall_timeout_s`` raises ReadStalledError. The
-sink side is the plain ``KafkaSink``: it honours a changelog record's partition
-and headers.
+sink side is the plain ``KafkaSink``: it sends every output to its
+``partition`` with its ``headers``.
 """
 
 from __future__ import annotations
@@ -15,11 +15,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from connectors.kafka.committed import stream_partition
-from connectors.kafka.sink import KafkaSink
 from ktstream.config import KafkaSettings
 from ktstream.engine.records import Record
-
-StateSink = KafkaSink  # kept for callers of the previous name
 
 
 def read_changelog(settings: KafkaSettings, topic: str, partition: int, start: int = 0,

@@ -2,9 +2,9 @@
 
 Messages are keyed by learner id (the engine sets the key), so a learner's
 predictions land on one partition, in order (idempotence keeps order with up
-to 5 requests in flight). An output with an explicit ``partition`` and
-``headers`` (a changelog record, ktstream.state.changelog) goes to that
-partition with those headers. ``flush`` waits for every acknowledgement and
+to 5 requests in flight). An output's ``partition`` (None: the partitioner
+chooses by key) and ``headers`` go with it (a changelog record names both,
+ktstream.state.changelog). ``flush`` waits for every acknowledgement and
 raises ``SinkError`` if any send failed, so the engine does not commit the
 batch; ``acked`` then holds, per (topic, partition), the offset after the
 last acknowledged record (the changelog checkpoint the store records).
@@ -53,13 +53,8 @@ class KafkaSink:
         producer = self.producer
         try:
             for o in outputs:
-                part = getattr(o, "partition", None)
-                if part is None:
-                    fut = producer.send(o.topic, key=o.key, value=o.value)
-                else:
-                    fut = producer.send(o.topic, key=o.key, value=o.value, partition=part,
-                                        headers=list(getattr(o, "headers", ())))
-                self._pending.append(fut)
+                self._pending.append(producer.send(o.topic, key=o.key, value=o.value, partition=o.partition,
+                                                   headers=list(o.headers) or None))
         except kafka.errors.KafkaError as exc:
             self._pending = []
             raise SinkError(f"send failed: {exc}") from exc

@@ -1,13 +1,19 @@
 """The engine loop and the one place that knows the commit order.
 
 Per micro-batch (at-least-once; the Kafka Streams / Quix Streams order):
-1. ``poll`` the source (rebalance callbacks run here, before new records);
+1. ``poll`` the source (rebalance callbacks run here, before new records: with
+   durable state, ``state.on_assigned`` restores a new partition's store first);
 2. ``process``: predictions computed, learner states *staged* (nothing applied);
-3. ``sink.send`` + ``sink.flush``: predictions and dead letters acknowledged (acks=all);
+   with durable state, ``state.changelog`` adds one changelog record per staged
+   state to the outputs;
+3. ``sink.send`` + ``sink.flush``: predictions, dead letters and changelog
+   records acknowledged (acks=all);
 4. ``source.commit`` the input offsets;
-5. ``cache.apply`` the staged states (a durable store, when added, is written here
-   first, with the offsets, in one atomic write). Never before the commit.
-Before step 3 every output is checked against the largest record the sink may
+5. ``cache.apply`` the staged states: the store under the cache first (with
+   durable state, ``state.write``: per partition one store transaction holding
+   the states, the input offset and the changelog checkpoint the sink
+   acknowledged), then the cache. Never before the commit.
+Between steps 2 and 3 every output is checked against the largest record the sink may
 send (``Processor.drop_oversized``): a learner whose prediction or changelog
 record is larger is dead-lettered (``output_too_large``) with its staged state
 dropped, so one learner can never stall the batch.
@@ -61,7 +67,7 @@ from ktstream.engine.exceptions import (CommitError, CommitOutcomeUnknownError, 
 from ktstream.engine.messages import now_ms
 from ktstream.engine.processor import Batch, Processor
 from ktstream.engine.records import Sink, Source, TopicPartition
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
@@ -73,12 +79,41 @@ class Watcher(Protocol):
     def poll(self) -> object | None: ...
 
 
+class DurableState(Protocol):
+    """The engine's state collaborator (ktstream.state.manager.StateManager): the engine calls its
+    rebalance hooks from its own (``on_assigned`` before the engine's bookkeeping: a partition is
+    restored before any of its records is processed) and its ``changelog`` commit step; it is also
+    the store under the engine's cache (``StateCache(store=...)``), so ``cache.apply`` writes it."""
+
+    @property
+    def ready(self) -> bool:
+        """False once a partition's restore failed for good."""
+        ...
+
+    def on_assigned(self, partitions: list[TopicPartition]) -> None: ...
+
+    def on_revoked(self, partitions: list[TopicPartition]) -> None: ...
+
+    def on_lost(self, partitions: list[TopicPartition]) -> None: ...
+
+    def changelog(self, batch: Batch) -> None:
+        """Add the batch's changelog records (one per staged state) to its outputs."""
+        ...
+
+    def close(self) -> None:
+        """Close the store (``Service.close``, after the engine's clients)."""
+        ...
+
+
 class Engine:
     def __init__(self, source: Source, sink: Sink, processor: Processor, metrics: EngineMetrics | None = None,
                  max_batch: int = 1000, poll_timeout_s: float = 0.05, flush_timeout_s: float = 30.0,
                  gauge_interval_s: float = 1.0, rebuild_chunk: int = 256, collector: BatchCollector | None = None,
-                 max_output_bytes: int = 1_048_576, max_batch_retries: int = 10):
-        self.source, self.sink, self.processor = source, sink, processor
+                 max_output_bytes: int = 1_048_576, max_batch_retries: int = 10, state: DurableState | None = None):
+        """``state``: durable state (ktstream.state.wiring.durable_state), which must also be the store under
+        ``processor.cache``; None: learner state lives in the cache only."""
+        assert state is None or processor.cache.store is state, "durable state must be the store under the cache"
+        self.source, self.sink, self.processor, self.state = source, sink, processor, state
         # the largest record sent: the setting, or less if the sink's producer refuses less
         self.max_output_bytes = min(max_output_bytes, getattr(sink, "max_record_bytes", max_output_bytes))
         self.max_batch_retries, self.retries = max_batch_retries, 0  # rollbacks in a row
@@ -88,7 +123,6 @@ class Engine:
         self.gauge_interval_s, self.rebuild_chunk = gauge_interval_s, rebuild_chunk
         self.watcher: Watcher | None = None  # set by watch()
         self.transactional = bool(getattr(sink, "transactional", False))  # exactly-once
-        self.state_manager = None  # durable state (ktstream.state.wiring), when configured
         self.joined = False  # a first assignment arrived (readiness)
         self.collector = collector
         self._idle = False  # the last poll returned nothing
@@ -100,6 +134,8 @@ class Engine:
 
     # -- rebalance callbacks (run inside source.poll, on the engine's thread) --
     def on_assigned(self, partitions: list[TopicPartition]) -> None:
+        if self.state is not None:
+            self.state.on_assigned(partitions)  # RestoreError: nothing of these partitions is processed
         self.joined = self._rebalanced = True
         self.metrics.rebalances.labels("assigned").inc(len(partitions))
         log.info("partitions assigned: %s", partitions)
@@ -107,6 +143,8 @@ class Engine:
     def on_revoked(self, partitions: list[TopicPartition]) -> None:
         """Everything polled so far is committed (step 4 is synchronous): drop their learners."""
         dropped = self.cache.evict_partitions(partitions)
+        if self.state is not None:
+            self.state.on_revoked(partitions)
         self._rebalanced = True
         self.metrics.rebalances.labels("revoked").inc(len(partitions))
         self.metrics.forget_partitions(partitions)
@@ -114,6 +152,8 @@ class Engine:
 
     def on_lost(self, partitions: list[TopicPartition]) -> None:
         self.cache.evict_partitions(partitions)
+        if self.state is not None:
+            self.state.on_lost(partitions)
         self._rebalanced = True
         self.metrics.rebalances.labels("lost").inc(len(partitions))
         self.metrics.forget_partitions(partitions)
@@ -163,6 +203,8 @@ class Engine:
             return None
         start = time.perf_counter()
         batch = self.processor.process(records)
+        if self.state is not None:
+            self.state.changelog(batch)
         self.processor.drop_oversized(batch, self.max_output_bytes)
         self._timed("process", start)
         if not (self._transaction(batch) if self.transactional else self._flush_and_commit(batch)):
@@ -207,7 +249,7 @@ class Engine:
         return time.monotonic() - self.last_loop < window_s
 
     def ready(self) -> bool:
-        return self.joined and (self.state_manager is None or self.state_manager.ready)
+        return self.joined and (self.state is None or self.state.ready)
 
     # -- commit protocol, steps 3-4 ---------------------------------------
     def _flush_and_commit(self, batch: Batch) -> bool:

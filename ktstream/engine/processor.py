@@ -6,7 +6,7 @@ Steps (``Processor.process``):
    as *working copies*; the cache itself is only read; a state built by an
    earlier model version is rebuilt from its raw window (ktstream.engine.swap);
 3. screen and plan waves (duplicates, late policy; ktstream.engine.batcher);
-4. run the waves through the model (ktstream.engine.runner), building one
+4. run the waves through the model (ktstream.serving.runner), building one
    prediction per kept event;
 5. return a ``Batch``: outputs for the sink, the staged states, the offsets to
    commit and what the metrics need. Nothing is applied here: the engine makes
@@ -14,7 +14,7 @@ Steps (``Processor.process``):
    committed (ktstream.engine.engine).
 
 Before sending, the engine asks ``drop_oversized`` to check every output's size
-(changelog records included, which a subclass adds after ``process``): a learner
+(changelog records included, which the engine's durable state adds after ``process``): a learner
 with a prediction or changelog record over the limit can never be sent, so its
 events of the batch become ``output_too_large`` dead letters and its staged state
 is dropped (it keeps its committed state); a dead letter over the limit keeps
@@ -33,7 +33,7 @@ from ktstream.engine.batcher import LatePolicy, plan
 from ktstream.engine.decode import Decoded, Rejected, decode
 from ktstream.engine.learner import LearnerState
 from ktstream.engine.records import Output, Record, TopicPartition
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.engine.state_cache import StateCache
 from ktstream.engine.swap import rebuild_learners, window_record
 
@@ -44,7 +44,7 @@ RECORD_OVERHEAD_BYTES = 128
 
 def output_nbytes(o: Output) -> int:
     """The size an output has in a produce request (an upper bound of kafka-python's estimate)."""
-    headers = sum(len(k.encode()) + len(v or b"") for k, v in getattr(o, "headers", ()))
+    headers = sum(len(k.encode()) + len(v or b"") for k, v in o.headers)
     return len(o.key or b"") + len(o.value or b"") + headers + RECORD_OVERHEAD_BYTES
 
 

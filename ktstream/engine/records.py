@@ -11,7 +11,7 @@ read, so committing ``{("events", 0): 42}`` means records 0..41 are done.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
@@ -38,11 +38,15 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """One message for the sink: topic, key (learner id, bytes) and JSON value."""
+    """One message for the sink: topic, key (learner id, bytes) and value; ``partition`` None lets the
+    sink's partitioner choose (by key), a number sends it there; ``headers`` go with it (a changelog
+    record names its source in both, ktstream.state.changelog)."""
 
     topic: str
     key: bytes | None
     value: bytes
+    partition: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 class Source(Protocol):
@@ -146,16 +150,30 @@ class MemorySource:
 
 
 class MemorySink:
-    """Collects outputs; ``flushed`` holds what a flush made durable."""
+    """Collects outputs; ``flushed`` holds what a flush made durable, ``acked`` (as a Kafka sink's) the
+    offset after the last record each flush made durable per (topic, partition), partition None as 0.
+
+    >>> sink = MemorySink()
+    >>> sink.send([Output("cl", b"a", b"1", 1), Output("cl", b"b", b"2", 1)]); sink.flush(1.0)
+    >>> sink.acked
+    {('cl', 1): 2}
+    """
 
     def __init__(self):
         self.sent: list[Output] = []
         self.flushed: list[Output] = []
+        self.acked: dict[TopicPartition, int] = {}  # of the last flush
+        self._logs: Counter = Counter()  # records flushed per (topic, partition)
 
     def send(self, outputs: Iterable[Output]) -> None:
         self.sent.extend(outputs)
 
     def flush(self, timeout_s: float) -> None:
+        self.acked = {}
+        for o in self.sent:
+            tp = (o.topic, o.partition or 0)
+            self._logs[tp] += 1
+            self.acked[tp] = self._logs[tp]
         self.flushed.extend(self.sent)
         self.sent = []
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
@@ -22,39 +22,34 @@ from ktstream.engine.collector import BatchCollector
 from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
 from ktstream.engine.records import Sink, Source
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.engine.server import MetricsServer
-from ktstream.engine.state_cache import StateCache, StateStore
+from ktstream.engine.state_cache import StateCache
 from ktstream.metrics import EngineMetrics
+
+if TYPE_CHECKING:  # ktstream.state sits above the engine: imported when durable state is built
+    from ktstream.state.store import Store
 
 
 def build_engine(settings: Settings, serving: ServingModel, source: Source, sink: Sink,
-                 store: StateStore | None = None) -> Engine:
+                 store: Store | None = None) -> Engine:
     """The engine; with ``state.dir`` set (or a ``store`` given) over durable state: a store per input
     partition, changelog records in every batch, restore on assignment (ktstream.state.wiring). The
     processing guarantee follows the sink: a transactional sink commits each batch in one transaction."""
     e, k, m = settings.engine, settings.kafka, settings.metrics
     runner = ModelRunner(serving.model, serving.items, serving.concepts, serving.version, e.describe)
     metrics = EngineMetrics(m.quality_window, m.calibration_bins)
-    attach, extra, processor_cls = None, {}, Processor
+    state = None
     if settings.state.dir is not None or store is not None:
-        from ktstream.state.changelog import ChangelogProcessor
-        from ktstream.state.sqlite import SqliteStore
-        from ktstream.state.wiring import durable
+        from ktstream.state.wiring import durable_state
 
-        if store is None:  # damaged partition files are moved aside and counted (ktstream.state.sqlite)
-            store = SqliteStore(settings.state.dir, settings.state.fp16,
-                                on_quarantine=lambda tp, moved_to: metrics.stores_quarantined.inc())
-        store, extra["changelog"], attach = durable(settings, metrics, source, sink, store)
-        processor_cls = ChangelogProcessor
-    processor = processor_cls(runner, StateCache(e.cache_max_bytes, store), k.topics.predictions,
-                              k.topics.dead_letters, e.late_policy, e.max_record_bytes, e.rebuild_window,
-                              max_clock_skew_s=e.max_clock_skew_s, window_bytes=e.rebuild_window_bytes, **extra)
+        state = durable_state(settings, metrics, source, sink, store)
+    processor = Processor(runner, StateCache(e.cache_max_bytes, state), k.topics.predictions,
+                          k.topics.dead_letters, e.late_policy, e.max_record_bytes, e.rebuild_window,
+                          max_clock_skew_s=e.max_clock_skew_s, window_bytes=e.rebuild_window_bytes)
     engine = Engine(source, sink, processor, metrics, e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s,
                     rebuild_chunk=e.rebuild_chunk, collector=collector_for(e),
-                    max_output_bytes=e.max_output_record_bytes, max_batch_retries=e.max_batch_retries)
-    if attach is not None:
-        engine.state_manager = attach(engine)
+                    max_output_bytes=e.max_output_record_bytes, max_batch_retries=e.max_batch_retries, state=state)
     if settings.model.registry is not None:  # hot swap: newly promoted versions are served between micro-batches
         from ktstream.finetune.registry import ModelRegistry
         from ktstream.finetune.watcher import RegistryWatcher
@@ -149,9 +144,8 @@ class Service:
         self.stop()
         self.join(30)
         self.engine.close()
-        store = self.engine.cache.store
-        if store is not None:
-            store.close()
+        if self.engine.state is not None:
+            self.engine.state.close()
         if self.server is not None:
             self.server.close()
 

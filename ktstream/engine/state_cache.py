@@ -3,10 +3,11 @@
 The engine touches learner state through this one small interface:
 ``get`` (fills from the store on a miss), ``put``, ``evict``, ``apply`` (the
 staged states of a committed micro-batch, in one step), ``bytes`` and
-``len``. A durable store (ktstream.state: one SQLite database per input
-partition, rebuilt from a changelog topic) plugs in as ``StateStore`` and is
-written *before* the cache in ``apply``, so the cache never holds state the
-store has not got.
+``len``. A store plugs in as ``StateStore`` and is written *before* the cache
+in ``apply``, so the cache never holds state the store has not got: with
+durable state that store is the engine's state collaborator
+(ktstream.state.manager.StateManager: one SQLite database per input partition,
+rebuilt from a changelog topic), whose ``write`` is the commit's store step.
 
 Without a store, evicting a learner loses its state (it restarts from the
 model's initial state) and is counted in ``evictions``; size the cache so that
@@ -31,15 +32,20 @@ from ktstream.engine.records import TopicPartition
 
 
 class StateStore(Protocol):
-    """The durable layer under the cache (ktstream.state.SqliteStore / MemoryStore)."""
+    """What the cache calls on the layer under it (ktstream.state.manager.StateManager, or a bare
+    ktstream.state store: SqliteStore / MemoryStore)."""
 
-    def load(self, learner_id: str) -> LearnerState | None: ...
-
-    def write(self, states: list[LearnerState], offsets: dict[TopicPartition, int]) -> None:
-        """Write committed states and the input offsets they reflect in one atomic batch."""
+    def load(self, learner_id: str) -> LearnerState | None:
+        """A learner's stored state (on a cache miss), or None."""
         ...
 
-    def drop_partitions(self, partitions: list[TopicPartition]) -> None: ...
+    def write(self, states: list[LearnerState], offsets: dict[TopicPartition, int]) -> None:
+        """Write committed states and the input offsets they reflect, atomically per partition."""
+        ...
+
+    def drop_partitions(self, partitions: list[TopicPartition]) -> None:
+        """Release partitions this instance no longer owns (their stored data stays)."""
+        ...
 
 
 class StateCache:

@@ -3,9 +3,8 @@
 One changelog topic per state store, with as many partitions as the input
 topic (compacted on a real Kafka: ``cleanup.policy=compact``). A learner's
 record goes to the partition of the input partition it came from, keyed by
-learner id; its source (topic, partition, offset) travels in the headers and,
-because ``Output`` has no headers field the engine's sink would forward, in the
-value as well. The value is ``len(meta) (4 bytes, big endian) + meta JSON +
+learner id; its source (topic, partition, offset) travels in the headers and
+in the value as well (a restore reads only the value). The value is ``len(meta) (4 bytes, big endian) + meta JSON +
 safetensors blob``: self-describing, never pickle.
 
 Every record also names its writer's generation (``generation`` in the value and
@@ -35,28 +34,20 @@ end (a failed read leaves the store as it was, for a retry).
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ktstream.engine.learner import LearnerState
-from ktstream.engine.processor import Batch, Processor
 from ktstream.engine.records import Output, Record, TopicPartition
 from ktstream.state import codec
-
-
-@dataclass(frozen=True, slots=True)
-class ChangelogOutput(Output):
-    """An output for one explicit partition, with headers (the state connectors' sink honours both)."""
-
-    partition: int = 0
-    headers: tuple[tuple[str, bytes], ...] = ()
+from ktstream.state.store import Store
 
 
 def changelog_topic(events_topic: str, store: str = "learners") -> str:
     return f"{events_topic}.{store}-changelog"
 
 
-def to_changelog(st: LearnerState, topic: str, generation: int = -1) -> ChangelogOutput:
+def to_changelog(st: LearnerState, topic: str, generation: int = -1) -> Output:
+    """``st``'s changelog record: to the partition of its source partition, keyed by learner id."""
     assert st.partition is not None, f"learner {st.learner_id!r} has no source partition"
     row = codec.encode(st)
     blob = row.pop("blob")
@@ -64,8 +55,7 @@ def to_changelog(st: LearnerState, topic: str, generation: int = -1) -> Changelo
     meta = json.dumps(row).encode()
     src = ((("source_topic", st.partition[0].encode()), ("source_partition", str(st.partition[1]).encode()),
             ("source_offset", str(st.last_offset).encode()), ("writer_generation", str(generation).encode())))
-    return ChangelogOutput(topic, st.learner_id.encode(), len(meta).to_bytes(4, "big") + meta + blob,
-                           st.partition[1], src)
+    return Output(topic, st.learner_id.encode(), len(meta).to_bytes(4, "big") + meta + blob, st.partition[1], src)
 
 
 def changelog_meta(value: bytes) -> dict:
@@ -79,25 +69,6 @@ def from_changelog(value: bytes) -> LearnerState:
     row.pop("generation", None)
     row["blob"] = value[4 + int.from_bytes(value[:4], "big"):]
     return codec.decode(row)
-
-
-class ChangelogProcessor(Processor):
-    """A Processor whose batches also carry one changelog record per staged learner, stamped with the
-    generation in which this instance was assigned the learner's partition (``own``)."""
-
-    def __init__(self, *args, changelog: str, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.changelog = changelog
-        self.generations: dict[TopicPartition, int] = {}
-
-    def own(self, tp: TopicPartition, generation: int) -> None:
-        self.generations[tp] = generation
-
-    def process(self, records: list[Record]) -> Batch:
-        batch = super().process(records)
-        batch.outputs.extend(to_changelog(st, self.changelog, self.generations.get(st.partition, -1))
-                             for st in batch.staged)
-        return batch
 
 
 class NewestStates:
@@ -131,7 +102,8 @@ class NewestStates:
         return [from_changelog(value) for _, _, value in self.best.values()]
 
 
-def restore(store, tp: TopicPartition, read: Callable[[int], Iterable[Record]], committed: int) -> tuple[int, int]:
+def restore(store: Store, tp: TopicPartition, read: Callable[[int], Iterable[Record]],
+            committed: int) -> tuple[int, int]:
     """Bring ``tp``'s store up to the committed input offset, reading the changelog from the store's
     checkpoint (``read(offset)``: the records of ``tp``'s changelog partition from ``offset`` to the
     end taken when the read starts). Returns (learner states applied, changelog records read).
@@ -139,7 +111,8 @@ def restore(store, tp: TopicPartition, read: Callable[[int], Iterable[Record]], 
     start = store.open(tp)
     if start >= committed:
         return 0, 0
-    since = end = store.changelog_offset(tp)
+    part = store.partition(tp)
+    since = end = part.changelog_offset()
     newest = NewestStates(tp, start, committed)
     n = 0
     for rec in read(since):
@@ -147,5 +120,8 @@ def restore(store, tp: TopicPartition, read: Callable[[int], Iterable[Record]], 
         if rec.value is not None:
             newest.offer(rec.value)
     states = newest.states()
-    store.write(states, {tp: committed}, {tp: end})
+    tx = part.begin()
+    for st in states:
+        tx.put(st)
+    tx.commit(committed, end)
     return len(states), n

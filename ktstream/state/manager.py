@@ -1,19 +1,25 @@
-"""Durable state wired into an engine: open and restore partitions on assignment, close them on revoke.
+"""The engine's state collaborator: restore on assignment, changelog records and the store write per batch.
 
-``StateManager.attach`` sits between the source's rebalance callbacks and the
-engine's. The source calls them inside ``poll`` before it returns any record
-of a newly assigned partition, so restoring there *is* pausing the partition:
-no record of it is processed until its store reflects the committed offset.
+``StateManager`` is passed to ``Engine(state=...)``; the engine calls it, it
+never calls the engine. The source calls the engine's rebalance callbacks inside
+``poll`` before it returns any record of a newly assigned partition, and the
+engine calls ``on_assigned`` here first, so restoring there *is* pausing the
+partition: no record of it is processed until its store reflects the committed
+offset.
 
-- assigned: open the partition's store, replay the changelog records it is
-  missing (ktstream.state.changelog.restore), stamp the partition's future
-  changelog records with the group generation it was assigned in, then tell
-  the engine;
-- revoked: the engine evicts the partition's learners and the cache closes
-  its store (every committed batch was already written: step 4 is synchronous,
-  so closing is the checkpoint);
-- lost: the same, and nothing is committed (nothing is pending: the engine
-  commits synchronously inside ``step``).
+- ``on_assigned``: open the partition's store, replay the changelog records it
+  is missing (ktstream.state.changelog.restore), and note the group generation
+  it was assigned in (its changelog records carry it);
+- ``on_revoked`` / ``on_lost``: forget the partitions (the engine evicts their
+  learners from the cache, which closes their stores: every committed batch was
+  already written, so closing is the checkpoint; nothing is pending);
+- ``changelog(batch)``: a commit step (before the output size check): one
+  changelog record per staged learner state joins the batch's outputs;
+- ``load`` / ``write`` / ``drop_partitions``: the cache's store seam
+  (ktstream.engine.state_cache.StateStore); ``write`` is the commit's store step:
+  per partition one transaction with the states, the input offset and the
+  changelog checkpoint (the offsets the sink acknowledged for the batch's
+  changelog records, its ``acked``).
 
 A restore attempt that fails (the changelog read stalled, the broker errored)
 writes nothing; it is retried after ``state.restore_backoff_s``, doubled each
@@ -24,22 +30,23 @@ stops before processing any record of it, as a Kafka Streams thread stops when
 a task's restore outlives ``task.timeout.ms``. Continuing would serve learners
 from missing state and move the checkpoint past it for good.
 
-The commit order itself stays in ktstream.engine.engine: sink flush (acks=all,
-predictions and changelog records), commit, then ``StateCache.apply`` writes the
-store with the offsets in one transaction.
+The commit order itself stays in ktstream.engine.engine.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Protocol
 
 from ktstream.config import StateSettings
-from ktstream.engine.engine import Engine
 from ktstream.engine.exceptions import EngineError
+from ktstream.engine.learner import LearnerState
+from ktstream.engine.processor import Batch
 from ktstream.engine.records import Record, TopicPartition
-from ktstream.state.changelog import ChangelogProcessor, restore
+from ktstream.state.changelog import restore, to_changelog
+from ktstream.state.metrics import StateMetrics
+from ktstream.state.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +62,22 @@ class RestoreError(EngineError):
         self.partition = partition
 
 
+class AckingSink(Protocol):
+    """A sink that tells, after a flush or a committed transaction, the offset after its last
+    acknowledged record per (topic, partition) (connectors.kafka's sinks, MemorySink)."""
+
+    acked: dict[TopicPartition, int]
+
+
 class StateManager:
-    def __init__(self, engine: Engine, store, read_changelog: Reader,
+    def __init__(self, store: Store, changelog: str, sink: AckingSink, read_changelog: Reader,
                  committed: Callable[[TopicPartition], int | None], settings: StateSettings = StateSettings(),
-                 generation: Callable[[], int] = lambda: -1, metrics=None,
+                 generation: Callable[[], int] = lambda: -1, metrics: StateMetrics | None = None,
                  sleep: Callable[[float], None] = time.sleep):
-        self.engine, self.store = engine, store
+        """``changelog``: the changelog topic; ``read_changelog(tp, start)``: ``tp``'s changelog records from
+        ``start`` to the end taken when the read starts; ``committed(tp)``: the group's committed offset;
+        ``generation()``: the group generation now (-1: unknown)."""
+        self.store, self.changelog_topic, self.sink = store, changelog, sink
         self.read_changelog, self.committed = read_changelog, committed
         self.settings, self.generation, self.metrics, self.sleep = settings, generation, metrics, sleep
         self.restored_records = 0  # learner states applied from the changelog
@@ -68,16 +85,12 @@ class StateManager:
         self.restore_seconds = 0.0
         self.assigned: set[TopicPartition] = set()
         self.failed: set[TopicPartition] = set()  # restores that failed every attempt
+        self.generations: dict[TopicPartition, int] = {}  # the generation each partition was assigned in
 
     @property
     def ready(self) -> bool:
         """False once a partition's restore has failed for good."""
         return not self.failed
-
-    def attach(self) -> "StateManager":
-        src = self.engine.source
-        src.on_assigned, src.on_revoked, src.on_lost = self.on_assigned, self.on_revoked, self.on_lost
-        return self
 
     def on_assigned(self, partitions: list[TopicPartition]) -> None:
         generation = self.generation()
@@ -89,13 +102,11 @@ class StateManager:
             self.read_records += read
             self.restore_seconds += dt
             self.assigned.add(tp)
-            if isinstance(self.engine.processor, ChangelogProcessor):
-                self.engine.processor.own(tp, generation)
+            self.generations[tp] = generation
             if self.metrics is not None:
                 self.metrics.on_restored(tp, n, read, dt)
             log.info("%s restored: %d changelog records in %.3fs (%d read from the checkpoint), store at "
                      "offset %d, generation %d", tp, n, dt, read, self.store.offset(tp), generation)
-        self.engine.on_assigned(partitions)
 
     def _restore(self, tp: TopicPartition) -> tuple[int, int]:
         """One partition's restore, retried with backoff; RestoreError once every attempt failed."""
@@ -126,8 +137,31 @@ class StateManager:
 
     def on_revoked(self, partitions: list[TopicPartition]) -> None:
         self.assigned.difference_update(partitions)
-        self.engine.on_revoked(partitions)
 
     def on_lost(self, partitions: list[TopicPartition]) -> None:
         self.assigned.difference_update(partitions)
-        self.engine.on_lost(partitions)
+
+    # -- commit steps ---------------------------------------------------------
+    def changelog(self, batch: Batch) -> None:
+        """Add one changelog record per staged learner state to the batch's outputs, stamped with the
+        generation in which this instance was assigned the learner's partition."""
+        batch.outputs.extend(to_changelog(st, self.changelog_topic, self.generations.get(st.partition, -1))
+                             for st in batch.staged)
+
+    def write(self, states: list[LearnerState], offsets: dict[TopicPartition, int]) -> None:
+        """The committed batch into the store: per partition one transaction with its states, its input
+        offset and its changelog checkpoint (what the sink acknowledged of its changelog partition)."""
+        acked = self.sink.acked
+        checkpoint = {tp: acked[(self.changelog_topic, tp[1])] for tp in offsets
+                      if (self.changelog_topic, tp[1]) in acked}
+        self.store.write(states, offsets, checkpoint)
+
+    # -- the cache's reads -----------------------------------------------------
+    def load(self, learner_id: str) -> LearnerState | None:
+        return self.store.load(learner_id)
+
+    def drop_partitions(self, partitions: list[TopicPartition]) -> None:
+        self.store.drop_partitions(partitions)
+
+    def close(self) -> None:
+        self.store.close()

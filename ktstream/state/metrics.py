@@ -1,8 +1,8 @@
 """State metrics, registered on the engine's registry (so /metrics shows them with the rest).
 
 Commit failures are the engine's own ``ktstream_batch_failures{stage="commit"}``;
-here: restores (time, records, retries, partitions whose restore failed), checkpoints (the store write of step 4), the
-store's size and the partitions this instance owns.
+here: restores (time, records, retries, partitions whose restore failed), checkpoints (the store's write in
+the commit sequence, timed by the store itself), the store's size and the partitions this instance owns.
 """
 
 from __future__ import annotations
@@ -49,6 +49,8 @@ class StateMetrics:
         self.restore_failures.labels(tp[0], str(tp[1])).inc()
 
     def sizes(self, store, force: bool = False) -> None:
+        """Refresh the size gauges from ``store`` (a ktstream.state.store.Store), at most every
+        ``gauge_interval_s`` unless forced."""
         now = time.monotonic()
         if not force and now - self._last < self.gauge_interval_s:
             return
@@ -59,28 +61,11 @@ class StateMetrics:
             self.store_bytes.labels(tp[0], str(tp[1])).set(store.nbytes(tp))
             self.stored.labels(tp[0], str(tp[1])).set(store.count(tp))
 
-
-class TimedStore:
-    """A store whose writes are timed (checkpoint duration) and refresh the size gauges now and then."""
-
-    def __init__(self, store, metrics: StateMetrics):
-        self.inner, self.metrics = store, metrics
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
-
-    def write(self, states, offsets, changelog=None) -> None:
-        t0 = time.perf_counter()
-        self.inner.write(states, offsets, changelog)
-        self.metrics.checkpoint_seconds.observe(time.perf_counter() - t0)
-        self.metrics.sizes(self.inner)
-
-    def drop_partitions(self, partitions) -> None:
-        self.inner.drop_partitions(partitions)
+    def forget(self, partitions: list[TopicPartition]) -> None:
+        """Drop the size gauges of partitions this instance no longer owns."""
         for tp in partitions:
-            for g in (self.metrics.store_bytes, self.metrics.stored):
+            for g in (self.store_bytes, self.stored):
                 try:
                     g.remove(tp[0], str(tp[1]))
                 except KeyError:
                     pass
-        self.metrics.sizes(self.inner, force=True)

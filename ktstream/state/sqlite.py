@@ -1,7 +1,9 @@
-"""The SQLite backend: ``<directory>/<topic>-<partition>.sqlite``, WAL mode, one transaction per write.
+"""The SQLite backend: ``<directory>/<topic>-<partition>.sqlite``, WAL mode, one SQLite transaction per commit.
 
-See ktstream.state.store for why SQLite, and for the contract (``MemoryStore``
-is its in-memory twin; both pass tests/state/).
+See ktstream.state.store for why SQLite, and for the contract (Store ->
+StorePartition -> Transaction; ``MemoryStore`` is its in-memory twin; both pass
+tests/state/test_store_contract.py). A transaction encodes its states on
+``put`` and touches the file only in ``commit``.
 
 A partition's file is checked when it is opened (``PRAGMA quick_check``: every
 page and index, no row-by-row comparison). A file that is not a database or
@@ -11,7 +13,7 @@ the engine counts ``ktstream_state_stores_quarantined_total``), and an empty
 store takes its place: offset -1, changelog checkpoint 0, so the restore on
 assignment rebuilds the partition from its whole changelog.
 
-A write that fails (a full disk, a damaged page met later) raises `StoreError`
+A commit that fails (a full disk, a damaged page met later) raises `StoreError`
 with SQLite's own reason; the partition's transaction is rolled back (SQLite
 may already have done so itself) and nothing of it is written.
 """
@@ -28,7 +30,8 @@ from typing import Callable, Iterator
 from ktstream.engine.learner import LearnerState
 from ktstream.engine.records import TopicPartition
 from ktstream.state import codec
-from ktstream.state.store import _INSERT, _SCHEMA, StoreError, _by_partition, _encode
+from ktstream.state.metrics import StateMetrics
+from ktstream.state.store import PartitionedStore, StoreError, encode_row
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +39,16 @@ log = logging.getLogger(__name__)
 #: unwritable file, is an operational error and never moves a store aside).
 CORRUPT = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 SIDE_FILES = ("", "-wal", "-shm", "-journal")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS learners (learner_id TEXT PRIMARY KEY, blob BLOB NOT NULL, model_version TEXT,
+  topic TEXT, part INTEGER, step_key TEXT, last_event_time_ms INTEGER, last_event_id TEXT,
+  last_offset INTEGER, events INTEGER, responses INTEGER, late INTEGER);
+CREATE TABLE IF NOT EXISTS offsets (topic TEXT, part INTEGER, next_offset INTEGER, PRIMARY KEY (topic, part));
+CREATE TABLE IF NOT EXISTS changelog (topic TEXT, part INTEGER, next_offset INTEGER, PRIMARY KEY (topic, part));
+"""
+_INSERT = (f"INSERT OR REPLACE INTO learners ({', '.join(codec.COLUMNS)}) "
+           f"VALUES ({', '.join('?' * len(codec.COLUMNS))})")
 
 
 #: A Kafka topic name (letters, digits, ``.``, ``_``, ``-``; at most 249; not ``.`` or ``..``): never a path.
@@ -82,29 +95,96 @@ def quarantine(path: Path) -> Path:
     return aside
 
 
-class SqliteStore:
+class SqliteTransaction:
+    """Staged rows (encoded on ``put``); ``commit`` writes them and the offsets in one SQLite transaction."""
+
+    def __init__(self, part: "SqlitePartition"):
+        self.part = part
+        self.rows: list[list] = []
+        self.done = False
+
+    def put(self, st: LearnerState) -> None:
+        row = encode_row(st, self.part.fp16)
+        self.rows.append([row[c] for c in codec.COLUMNS])
+
+    def commit(self, offset: int | None = None, changelog_offset: int | None = None) -> None:
+        assert not self.done, "a transaction commits once"
+        self.done = True
+        conn, tp = self.part.conn, self.part.tp
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(_INSERT, self.rows)
+            if offset is not None:
+                conn.execute("INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)", (tp[0], tp[1], offset))
+            if changelog_offset is not None:
+                conn.execute("INSERT INTO changelog VALUES (?, ?, ?) ON CONFLICT (topic, part) DO UPDATE SET "
+                             "next_offset = MAX(next_offset, excluded.next_offset)", (tp[0], tp[1], changelog_offset))
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _roll_back(conn)
+            raise StoreError(f"cannot write {len(self.rows)} learner states of partition {tp} to "
+                             f"{self.part.path}: {exc}") from exc
+        except BaseException:
+            _roll_back(conn)
+            raise
+
+
+class SqlitePartition:
+    """One partition's database file, open."""
+
+    def __init__(self, tp: TopicPartition, path: Path, conn: sqlite3.Connection, fp16: bool):
+        self.tp, self.path, self.conn, self.fp16 = tp, path, conn, fp16
+
+    def offset(self) -> int:
+        row = self.conn.execute("SELECT next_offset FROM offsets WHERE topic=? AND part=?", self.tp).fetchone()
+        return -1 if row is None else int(row[0])
+
+    def changelog_offset(self) -> int:
+        row = self.conn.execute("SELECT next_offset FROM changelog WHERE topic=? AND part=?", self.tp).fetchone()
+        return 0 if row is None else int(row[0])
+
+    def load(self, learner_id: str) -> LearnerState | None:
+        try:
+            row = self.conn.execute("SELECT * FROM learners WHERE learner_id=?", (learner_id,)).fetchone()
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot read learner {learner_id!r} from {self.path}: {exc}") from exc
+        return None if row is None else codec.decode(dict(row))
+
+    def learners(self) -> Iterator[LearnerState]:
+        for row in self.conn.execute("SELECT * FROM learners ORDER BY learner_id"):
+            yield codec.decode(dict(row))
+
+    def count(self) -> int:
+        return int(self.conn.execute("SELECT COUNT(*) FROM learners").fetchone()[0])
+
+    def nbytes(self) -> int:
+        return int(self.conn.execute("SELECT COALESCE(SUM(LENGTH(blob)), 0) FROM learners").fetchone()[0])
+
+    def begin(self) -> SqliteTransaction:
+        return SqliteTransaction(self)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class SqliteStore(PartitionedStore):
     def __init__(self, directory: str | Path, fp16: bool = False,
-                 on_quarantine: Callable[[TopicPartition, Path], None] | None = None):
+                 on_quarantine: Callable[[TopicPartition, Path], None] | None = None,
+                 metrics: StateMetrics | None = None):
         """``on_quarantine(tp, moved_to)``: told of each damaged file moved aside (the engine counts them)."""
+        super().__init__(metrics)
         self.directory, self.fp16 = Path(directory), fp16
         self.directory.mkdir(parents=True, exist_ok=True)
         self.on_quarantine = on_quarantine or (lambda tp, moved_to: None)
-        self._conns: dict[TopicPartition, sqlite3.Connection] = {}
 
-    def open(self, tp: TopicPartition) -> int:
-        """Open (or create) a partition's database; the input offset it reflects (-1: none yet)."""
-        if tp not in self._conns:
-            self._conns[tp] = self._connect(tp)
-        return self.offset(tp)
-
-    def _connect(self, tp: TopicPartition) -> sqlite3.Connection:
+    def _open(self, tp: TopicPartition) -> SqlitePartition:
         """A checked connection; a damaged file is moved aside and replaced by an empty store."""
         path = partition_path(self.directory, tp)
         conn = None
         try:
             conn = connect(path)
             check(conn)
-            return conn
+            return SqlitePartition(tp, path, conn, self.fp16)
         except sqlite3.DatabaseError as exc:
             if getattr(exc, "sqlite_errorname", None) not in CORRUPT:
                 raise StoreError(f"cannot open the state store {path}: {exc}") from exc
@@ -114,85 +194,11 @@ class SqliteStore:
             log.error("state store %s is damaged (%s): moved aside to %s; partition %s starts empty and is "
                       "rebuilt from its changelog", path, exc, aside, tp)
             self.on_quarantine(tp, aside)
-            return connect(path)
+            return SqlitePartition(tp, path, connect(path), self.fp16)
 
-    def offset(self, tp: TopicPartition) -> int:
-        conn = self._conns.get(tp)
-        if conn is None:
-            if not partition_path(self.directory, tp).exists():
-                return -1
-            conn = self._conns[tp] = self._connect(tp)
-        row = conn.execute("SELECT next_offset FROM offsets WHERE topic=? AND part=?", tp).fetchone()
-        return -1 if row is None else int(row[0])
-
-    def changelog_offset(self, tp: TopicPartition) -> int:
-        """The changelog offset the partition's store reflects (0: none recorded: replay from the start)."""
-        self.open(tp)
-        row = self._conns[tp].execute("SELECT next_offset FROM changelog WHERE topic=? AND part=?", tp).fetchone()
-        return 0 if row is None else int(row[0])
-
-    def partitions(self) -> list[TopicPartition]:
-        return sorted(self._conns)
-
-    def load(self, learner_id: str) -> LearnerState | None:
-        for tp, conn in self._conns.items():
-            try:
-                row = conn.execute("SELECT * FROM learners WHERE learner_id=?", (learner_id,)).fetchone()
-            except sqlite3.Error as exc:
-                raise StoreError(f"cannot read learner {learner_id!r} from {partition_path(self.directory, tp)}: "
-                                 f"{exc}") from exc
-            if row is not None:
-                return codec.decode(dict(row))
-        return None
-
-    def write(self, states: list[LearnerState], offsets: dict[TopicPartition, int],
-              changelog: dict[TopicPartition, int] | None = None) -> None:
-        """Per partition, its learners' rows, its input offset and its changelog checkpoint (the
-        offset after the last changelog record of the states written) in one transaction."""
-        for tp, group in _by_partition(states, offsets).items():
-            conn = self._conns.get(tp)
-            assert conn is not None, f"partition {tp} is not open in this store"
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                for st in group:
-                    row = _encode(st, self.fp16)
-                    conn.execute(_INSERT, [row[c] for c in codec.COLUMNS])
-                if tp in offsets:
-                    conn.execute("INSERT OR REPLACE INTO offsets VALUES (?, ?, ?)", (tp[0], tp[1], offsets[tp]))
-                if changelog and tp in changelog:
-                    conn.execute("INSERT INTO changelog VALUES (?, ?, ?) ON CONFLICT (topic, part) DO UPDATE SET "
-                                 "next_offset = MAX(next_offset, excluded.next_offset)", (tp[0], tp[1], changelog[tp]))
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                _roll_back(conn)
-                raise StoreError(f"cannot write {len(group)} learner states of partition {tp} to "
-                                 f"{partition_path(self.directory, tp)}: {exc}") from exc
-            except BaseException:
-                _roll_back(conn)
-                raise
-
-    def learners(self, tp: TopicPartition) -> Iterator[LearnerState]:
-        self.open(tp)
-        for row in self._conns[tp].execute("SELECT * FROM learners ORDER BY learner_id"):
-            yield codec.decode(dict(row))
-
-    def count(self, tp: TopicPartition) -> int:
-        self.open(tp)
-        return int(self._conns[tp].execute("SELECT COUNT(*) FROM learners").fetchone()[0])
-
-    def nbytes(self, tp: TopicPartition) -> int:
-        self.open(tp)
-        return int(self._conns[tp].execute("SELECT COALESCE(SUM(LENGTH(blob)), 0) FROM learners").fetchone()[0])
-
-    def drop_partitions(self, partitions: list[TopicPartition]) -> None:
-        """Close their databases (the files stay: they reflect their offsets and may come back)."""
-        for tp in partitions:
-            conn = self._conns.pop(tp, None)
-            if conn is not None:
-                conn.close()
-
-    def close(self) -> None:
-        self.drop_partitions(list(self._conns))
+    def _closed_offset(self, tp: TopicPartition) -> int:
+        """-1 without a file; else the file is opened (and stays open)."""
+        return self.open(tp) if partition_path(self.directory, tp).exists() else -1
 
 
 def _roll_back(conn: sqlite3.Connection) -> None:

@@ -105,7 +105,7 @@ def test_corrupt_store_is_moved_aside_and_rebuilt_from_the_changelog(world, tmp_
     while committed(broker) < len(records) // 2:
         first.step()
     first.close()
-    first.cache.store.close()  # the last connection: the WAL is checkpointed into the file
+    first.state.close()  # the last connection: the WAL is checkpointed into the file
     path = partition_path(state_dir, DAMAGED)
     assert SqliteStore(state_dir).open(DAMAGED) > 0, "the partition had stored state before the damage"
     damage(path)
@@ -113,10 +113,10 @@ def test_corrupt_store_is_moved_aside_and_rebuilt_from_the_changelog(world, tmp_
     second = engine_over(state_dir, serving, broker)
     finish(second, broker, records)
     assert second.metrics.registry.get_sample_value("ktstream_state_stores_quarantined_total") == 1
-    assert second.state_manager.restored_records > 0, "the partition was rebuilt from its changelog"
+    assert second.state.restored_records > 0, "the partition was rebuilt from its changelog"
     moved = sorted(p.name for p in state_dir.iterdir() if ".corrupt-" in p.name)
     assert moved and all(name.startswith(path.name + ".corrupt-") for name in moved), moved
-    second.cache.store.close()
+    second.state.close()
     assert_exact(broker, records, reference, state_dir, serving)
 
 
@@ -129,10 +129,10 @@ def test_corrupt_store_check_leaves_sound_files_alone(world, tmp_path):
     while committed(broker) < len(records) // 2:
         first.step()
     first.close()
-    first.cache.store.close()
+    first.state.close()
     second = engine_over(state_dir, serving, broker)
     finish(second, broker, records)
     assert second.metrics.registry.get_sample_value("ktstream_state_stores_quarantined_total") == 0
     assert not [p for p in state_dir.iterdir() if ".corrupt-" in p.name]
-    second.cache.store.close()
+    second.state.close()
     assert_exact(broker, records, reference, state_dir, serving)

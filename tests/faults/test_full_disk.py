@@ -32,7 +32,7 @@ def test_full_disk_surfaces_the_real_error_and_a_restart_repairs_the_store(tmp_p
     first = engine_over(state_dir, serving, broker, store=store)
     while store.offset(FULL) <= 0:  # the partition's first rows are in: its file will grow from here
         first.step()
-    conn = store._conns[FULL]  # the partition's own connection: the page limit is per connection
+    conn = store.partition(FULL).conn  # the partition's own connection: the page limit is per connection
     pages = conn.execute("PRAGMA page_count").fetchone()[0]
     conn.execute(f"PRAGMA max_page_count = {pages}")
     with pytest.raises(StoreError) as failure:
@@ -46,6 +46,6 @@ def test_full_disk_surfaces_the_real_error_and_a_restart_repairs_the_store(tmp_p
 
     second = engine_over(state_dir, serving, broker)  # a restart, with room on the disk again
     finish(second, broker, records)
-    assert second.state_manager.restored_records > 0, "the committed batch the store missed came from the changelog"
-    second.cache.store.close()
+    assert second.state.restored_records > 0, "the committed batch the store missed came from the changelog"
+    second.state.close()
     assert_exact(broker, records, reference, state_dir, serving)

@@ -14,11 +14,12 @@ from ktstream.config import StateSettings
 from ktstream.engine import StateCache
 from ktstream.engine.engine import Engine
 from ktstream.engine.exceptions import EngineError
+from ktstream.engine.processor import Processor
 from ktstream.engine.learner import LearnerState
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.metrics import EngineMetrics
 from ktstream.state import MemoryStore
-from ktstream.state.changelog import ChangelogProcessor, changelog_topic, restore, to_changelog
+from ktstream.state.changelog import changelog_topic, restore, to_changelog
 from ktstream.state.manager import RestoreError, StateManager
 from ktstream.state.metrics import StateMetrics
 from tests.faults.test_zombie_old_owner import Group, Member, Sink
@@ -31,19 +32,17 @@ def test_restore_retries_then_stops_not_ready_counted_logged(caplog):
     group.visible = len(records)
     group.committed = {tp: 3 for tp in {r.tp for r in records}}  # the store (empty) is behind: a restore is due
     store, metrics, pauses, calls = MemoryStore(), EngineMetrics(), [], []
-    proc = ChangelogProcessor(ModelRunner(model, items, concepts, "v0"), StateCache(1 << 30, store), "pred", "dead",
-                              changelog=changelog_topic("ev"))
     sink = Sink(group)
-    engine = Engine(Member(group), sink, proc, metrics)
 
     def stalled(tp, start):
         calls.append(tp)
         raise EngineError(f"reading {tp}'s changelog made no progress for 30s")
 
-    manager = StateManager(engine, store, stalled, lambda tp: group.committed.get(tp),
+    manager = StateManager(store, changelog_topic("ev"), sink, stalled, lambda tp: group.committed.get(tp),
                            StateSettings(restore_attempts=3, restore_backoff_s=0.5), metrics=StateMetrics(
-                               metrics.registry), sleep=pauses.append).attach()
-    engine.state_manager = manager
+                               metrics.registry), sleep=pauses.append)
+    proc = Processor(ModelRunner(model, items, concepts, "v0"), StateCache(1 << 30, manager), "pred", "dead")
+    engine = Engine(Member(group), sink, proc, metrics, state=manager)
     with caplog.at_level(logging.ERROR), pytest.raises(RestoreError) as err:
         engine.step()
     tp = err.value.partition

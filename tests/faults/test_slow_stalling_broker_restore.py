@@ -80,10 +80,10 @@ def test_slow_and_stalling_broker_during_restore(broker, tmp_path):
     tps = [(k.topics.events, p) for p in range(PARTS)]
 
     a = build_engine(s, serving, KafkaSource(k, max_poll_records=50), sink_for(s))
-    joined = a.state_manager.assigned  # committed() only once joined: asking earlier keeps the join looping
+    joined = a.state.assigned  # committed() only once joined: asking earlier keeps the join looping
     run_until(a, lambda: len(joined) == PARTS and sum(a.source.committed(tp) or 0 for tp in tps) >= half, 90)
     a.close()
-    a.cache.store.close()
+    a.state.close()
     written = sum(len(read_partition(k, changelog, p)) for p in range(PARTS))
     assert written >= 40, written
 
@@ -102,7 +102,7 @@ def test_slow_and_stalling_broker_during_restore(broker, tmp_path):
 
     source.read_partition = slow_read
     b = build_engine(b_settings, serving, source, sink_for(b_settings))
-    mgr = b.state_manager
+    mgr = b.state
     try:
         run_until(b, lambda: len(mgr.assigned) == PARTS, 180)
         broker.proxy.set_delay(0.0)
@@ -113,7 +113,7 @@ def test_slow_and_stalling_broker_during_restore(broker, tmp_path):
         broker.proxy.resume()
         broker.proxy.set_delay(0.0)
         b.close()
-        b.cache.store.close()
+        b.state.close()
 
     events = [Record(r.topic, r.partition, r.offset, r.key, r.value)
               for p in range(PARTS) for r in read_partition(k, k.topics.events, p)]

@@ -20,10 +20,11 @@ from ktstream.engine import StateCache
 from ktstream.engine.bootstrap import ServingModel
 from ktstream.engine.engine import Engine
 from ktstream.engine.exceptions import CommitError
+from ktstream.engine.processor import Processor
 from ktstream.engine.records import Record
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.state import MemoryStore
-from ktstream.state.changelog import ChangelogOutput, ChangelogProcessor, changelog_meta, changelog_topic
+from ktstream.state.changelog import changelog_meta, changelog_topic
 from ktstream.state.manager import StateManager
 from tests.faults.accounting import account
 from tests.state.test_store_engine import setup
@@ -38,11 +39,15 @@ class Group:
         self.committed: dict[tuple[str, int], int] = {}
         self.generation = 0
 
-    def append(self, outputs) -> None:
+    def append(self, outputs) -> dict[tuple[str, int], int]:
+        """Publish ``outputs``; the offset after each (topic, partition)'s last one (a sink's ``acked``)."""
+        acked = {}
         for o in outputs:
-            part = o.partition if isinstance(o, ChangelogOutput) else 0
+            part = o.partition or 0
             log = self.logs.setdefault((o.topic, part), [])
             log.append(Record(o.topic, part, len(log), o.key, o.value))
+            acked[(o.topic, part)] = len(log)
+        return acked
 
     def pending(self) -> bool:
         return any(r.offset >= self.committed.get(r.tp, 0) for r in self.records[:self.visible])
@@ -92,7 +97,7 @@ class Sink:
     """Flushes into the group's logs; ``stalled(callback)`` makes the next flush run ``callback`` first."""
 
     def __init__(self, group: Group):
-        self.g, self.pending, self.on_stall = group, [], None
+        self.g, self.pending, self.on_stall, self.acked = group, [], None, {}
 
     def send(self, outputs):
         self.pending.extend(outputs)
@@ -101,7 +106,7 @@ class Sink:
         if self.on_stall is not None:
             stall, self.on_stall = self.on_stall, None
             stall()  # the world moves on while this flush hangs; then its records land, late
-        self.g.append(self.pending)
+        self.acked = self.g.append(self.pending)
         self.pending = []
 
     def close(self):
@@ -109,13 +114,13 @@ class Sink:
 
 
 def owner(group: Group, serving: ServingModel, store):
-    proc = ChangelogProcessor(ModelRunner(serving.model, serving.items, serving.concepts, serving.version),
-                              StateCache(1 << 30, store), "pred", "dead", changelog=CHANGELOG)
     member, sink = Member(group), Sink(group)
-    engine = Engine(member, sink, proc, max_batch=9)
-    manager = StateManager(engine, store, lambda tp, start: group.logs.get((CHANGELOG, tp[1]), [])[start:],
-                           lambda tp: group.committed.get(tp), generation=member.generation).attach()
-    return engine, manager, sink
+    state = StateManager(store, CHANGELOG, sink, lambda tp, start: group.logs.get((CHANGELOG, tp[1]), [])[start:],
+                         lambda tp: group.committed.get(tp), generation=member.generation)
+    proc = Processor(ModelRunner(serving.model, serving.items, serving.concepts, serving.version),
+                     StateCache(1 << 30, state), "pred", "dead")
+    engine = Engine(member, sink, proc, max_batch=9, state=state)
+    return engine, state, sink
 
 
 def drain(engine, group, steps=1000):

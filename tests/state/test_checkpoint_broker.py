@@ -36,21 +36,19 @@ class Crash(BaseException):
     pass
 
 
-class DiesAfterCommit:
+class DiesAfterCommit(SqliteStore):
     """The SQLite store; the ``n``-th write with states never happens: the process dies first."""
 
-    def __init__(self, inner, n):
-        self.inner, self.n = inner, n
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    def __init__(self, directory, n):
+        super().__init__(directory)
+        self.n = n
 
     def write(self, states, offsets, changelog=None):
         if states:
             self.n -= 1
             if self.n == 0:
                 raise Crash("after the commit, before the store write")
-        self.inner.write(states, offsets, changelog)
+        super().write(states, offsets, changelog)
 
 
 @pytest.fixture(scope="module")
@@ -85,16 +83,16 @@ def test_restore_reads_only_the_changelog_tail(broker, tmp_path, guarantee):
     def engine(store):
         return build_engine(s, serving, KafkaSource(k, max_poll_records=10), sink_for(s), store=store)
 
-    first = engine(DiesAfterCommit(SqliteStore(tmp_path / "state"), 10))
+    first = engine(DiesAfterCommit(tmp_path / "state", 10))
     deadline = time.monotonic() + 60
     with pytest.raises(Crash):
         while time.monotonic() < deadline:
             first.step()
     first.close()
-    first.cache.store.close()
+    first.state.close()
     second = engine(SqliteStore(tmp_path / "state"))
     tps = [(k.topics.events, p) for p in range(PARTS)]
-    mgr = second.state_manager
+    mgr = second.state
     while time.monotonic() < deadline + 60 and (len(mgr.assigned) < PARTS or
                                                 sum(second.source.committed(tp) or 0 for tp in tps) < len(recs)):
         second.step()
@@ -103,7 +101,7 @@ def test_restore_reads_only_the_changelog_tail(broker, tmp_path, guarantee):
     assert 0 < mgr.read_records <= 10 < whole / 4, (mgr.read_records, whole)  # one batch's tail, not the topic
     assert second.metrics.registry.get_sample_value("ktstream_state_restore_read_records_total") == mgr.read_records
     second.close()
-    second.cache.store.close()
+    second.state.close()
     events = [Record(r.topic, r.partition, r.offset, r.key, r.value)
               for p in range(PARTS) for r in read_partition(k, k.topics.events, p)]
     _, ref = reference(serving, events, s)

@@ -17,10 +17,11 @@ import torch
 
 from ktstream.engine import StateCache
 from ktstream.engine.engine import Engine
+from ktstream.engine.processor import Processor
 from ktstream.engine.records import Record
-from ktstream.engine.runner import ModelRunner
+from ktstream.serving.runner import ModelRunner
 from ktstream.state import MemoryStore, SqliteStore
-from ktstream.state.changelog import ChangelogOutput, ChangelogProcessor, changelog_topic
+from ktstream.state.changelog import changelog_topic
 from ktstream.state.manager import StateManager
 from tests.state.test_store_engine import setup
 
@@ -81,7 +82,7 @@ class Source:
 
 class Sink:
     def __init__(self, broker):
-        self.b, self.pending = broker, []
+        self.b, self.pending, self.acked = broker, [], {}
 
     def send(self, outputs):
         self.b.hit("send")
@@ -89,31 +90,39 @@ class Sink:
 
     def flush(self, timeout_s):
         self.b.hit("flush")
+        self.acked = {}
         for o in self.pending:
-            part = o.partition if isinstance(o, ChangelogOutput) else 0
+            part = o.partition or 0
             log = self.b.topics.setdefault((o.topic, part), [])
             log.append(Record(o.topic, part, len(log), o.key, o.value))
+            self.acked[(o.topic, part)] = len(log)
         self.pending = []
 
     def close(self):
         pass
 
 
-class FaultyStore:
-    """The durable store, with a crash inside its transaction when asked."""
+class Faulty:
+    """A store backend with a crash inside its transaction when the broker asks for one."""
 
-    def __init__(self, inner, broker):
-        self.inner, self.b = inner, broker
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    def __init__(self, *args, broker, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.b = broker
 
     def write(self, states, offsets, changelog=None):
         if self.b.fault == "store-write" and states:
             self.b.countdown -= 1
             if self.b.countdown == 0:  # a crash inside the last partition's transaction, after its rows
-                self.inner.write(states + [_Boom(list(offsets)[-1])], offsets, changelog)
-        self.inner.write(states, offsets, changelog)
+                super().write(states + [_Boom(list(offsets)[-1])], offsets, changelog)
+        super().write(states, offsets, changelog)
+
+
+class FaultySqliteStore(Faulty, SqliteStore):
+    pass
+
+
+class FaultyMemoryStore(Faulty, MemoryStore):
+    pass
 
 
 class _Boom:
@@ -125,15 +134,14 @@ class _Boom:
 
 
 def start(model, items, concepts, broker, store):
-    topic = changelog_topic("ev")
-    proc = ChangelogProcessor(ModelRunner(model, items, concepts, "v0"), StateCache(1 << 30, store), "pred", "dead",
-                              changelog=topic)
+    topic, sink = changelog_topic("ev"), Sink(broker)
+    state = StateManager(store, topic, sink, lambda tp, start: broker.topics.get((topic, tp[1]), [])[start:],
+                         lambda tp: broker.committed.get(tp))
+    proc = Processor(ModelRunner(model, items, concepts, "v0"), StateCache(1 << 30, state), "pred", "dead")
     process = proc.process
     proc.process = lambda recs: (broker.hit("process"), process(recs))[1]
-    engine = Engine(Source(broker), Sink(broker), proc, max_batch=9)
-    manager = StateManager(engine, store, lambda tp, start: broker.topics.get((topic, tp[1]), [])[start:],
-                           lambda tp: broker.committed.get(tp)).attach()
-    return engine, manager
+    engine = Engine(Source(broker), sink, proc, max_batch=9, state=state)
+    return engine, state
 
 
 def pending(records, broker):
@@ -145,18 +153,18 @@ def pending(records, broker):
 def test_crash_at_each_step_keeps_the_three_properties(step, backend, tmp_path):
     model, items, concepts, records, reference = setup(n_learners=12)
     broker = Broker(records)
-    inner = SqliteStore(tmp_path) if backend == "sqlite" else MemoryStore()
+    inner = FaultySqliteStore(tmp_path, broker=broker) if backend == "sqlite" else FaultyMemoryStore(broker=broker)
     restored = 0
     for crash in range(4):  # crash at the 3rd, 6th, 9th, 12th time the step is reached, then run to the end
         broker.fault, broker.countdown = step, 3
-        engine, manager = start(model, items, concepts, broker, FaultyStore(inner, broker))
+        engine, manager = start(model, items, concepts, broker, inner)
         with pytest.raises(Crash):
             while pending(records, broker):
                 engine.step()
         restored += manager.restored_records
         inner.close()
     broker.fault = None
-    engine, manager = start(model, items, concepts, broker, FaultyStore(inner, broker))
+    engine, manager = start(model, items, concepts, broker, inner)
     while pending(records, broker):
         engine.step()
     restored += manager.restored_records

@@ -6,9 +6,8 @@ from ktstream.config import load_settings
 from ktstream.engine.bootstrap import ServingModel
 from ktstream.engine.records import MemorySink, MemorySource
 from ktstream.engine.service import build_engine
-from ktstream.state.changelog import ChangelogProcessor
+from ktstream.state.manager import StateManager
 from ktstream.state.sqlite import SqliteStore
-from ktstream.state.wiring import CheckpointedStore
 from tests.state.test_store_engine import setup
 
 
@@ -33,18 +32,19 @@ def test_one_builder_for_both_paths_keeps_the_registry_watcher(tmp_path):
     plain = build_engine(load_settings(None, model={"registry": str(tmp_path / "reg")}), serving, Source(),
                          MemorySink())
     assert type(plain.processor).__name__ == "Processor" and plain.cache.store is None
-    assert plain.state_manager is None and plain.watcher is not None and not plain.transactional
+    assert plain.state is None and plain.watcher is not None and not plain.transactional
     settings = load_settings(None, model={"registry": str(tmp_path / "reg")},
                              kafka={"topics": {"events": "ev"}}, state={"dir": str(tmp_path / "st"), "fp16": True})
     src = Source(records)
     durable = build_engine(settings, serving, src, MemorySink())
-    assert isinstance(durable.processor, ChangelogProcessor) and durable.processor.changelog == "ev.learners-changelog"
-    assert isinstance(durable.cache.store, CheckpointedStore) and durable.watcher is not None
-    assert durable.state_manager is not None and src.on_assigned == durable.state_manager.on_assigned
+    assert type(durable.processor).__name__ == "Processor" and durable.watcher is not None
+    assert isinstance(durable.state, StateManager) and durable.state.changelog_topic == "ev.learners-changelog"
+    assert durable.cache.store is durable.state, "the cache writes through the state collaborator"
+    assert src.on_assigned == durable.on_assigned, "the engine's own callbacks, set once"
     while src.pending:
         durable.step()
-    durable.cache.store.close()
+    durable.state.close()
     store = SqliteStore(tmp_path / "st")
     assert sum(store.open(tp) for tp in {r.tp for r in records}) == len(records)  # written, offsets included
-    assert store.fp16 is False and durable.cache.store.inner.inner.fp16 is True
+    assert store.fp16 is False and durable.state.store.fp16 is True
     store.close()

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 from ktstream.engine.learner import LearnerState
 from ktstream.state import MemoryStore
 from ktstream.state.changelog import restore, to_changelog
-from ktstream.state.metrics import StateMetrics, TimedStore
+from ktstream.state.metrics import StateMetrics
 
 
 def value(reg, name, **labels):
@@ -18,7 +18,7 @@ def value(reg, name, **labels):
 def test_checkpoints_sizes_and_restores_are_measured():
     reg = CollectorRegistry()
     m = StateMetrics(reg, gauge_interval_s=0.0)
-    store = TimedStore(MemoryStore(), m)
+    store = MemoryStore(metrics=m)
     tp = ("ev", 1)
     store.open(tp)
     states = [LearnerState(f"u{i}", {"h": torch.ones(1, 10)}, "v", tp, last_offset=i) for i in range(3)]

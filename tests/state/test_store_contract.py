@@ -115,3 +115,34 @@ def test_changelog_checkpoint_is_written_with_the_rows_and_never_goes_back(make_
     s2 = make_store()
     s2.open(P0)
     assert s2.changelog_offset(P0) == 17
+
+
+def test_a_transaction_holds_states_and_offsets_until_its_commit(make_store):
+    s = make_store()
+    s.open(P0)
+    part = s.partition(P0)
+    tx = part.begin()
+    tx.put(learner("a", offset=7))
+    assert part.load("a") is None and part.offset() == -1, "nothing is written before the commit"
+    tx.commit(offset=8, changelog_offset=3)
+    same(part.load("a"), learner("a", offset=7))
+    assert (part.offset(), part.changelog_offset(), part.count()) == (8, 3, 1)
+    assert [st.learner_id for st in part.learners()] == ["a"] and part.nbytes() == s.nbytes(P0) > 0
+    with pytest.raises(AssertionError, match="commits once"):
+        tx.commit(offset=9)
+    assert part.offset() == 8
+
+
+def test_a_transaction_that_cannot_encode_a_state_writes_nothing(make_store):
+    s = make_store()
+    s.open(P0)
+    part = s.partition(P0)
+    tx = part.begin()
+    tx.put(learner("a"))
+    broken = learner("b", seed=5)
+    broken.state = {"h": "not a tensor"}
+    with pytest.raises(StoreError, match="cannot encode learner 'b'"):
+        tx.put(broken)
+    assert part.load("a") is None and part.offset() == -1
+    with pytest.raises(AssertionError, match="not open"):
+        s.partition(P1)

@@ -120,19 +120,17 @@ class TxnSink:
         pass
 
 
-class FaultyStore:
+class FaultyStore(SqliteStore):
     """The SQLite store with a fault before its write when asked (a crash after the transaction committed)."""
 
-    def __init__(self, inner, broker):
-        self.inner, self.b = inner, broker
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+    def __init__(self, directory, broker):
+        super().__init__(directory)
+        self.b = broker
 
     def write(self, states, offsets, changelog=None):
         if states:
             self.b.hit("store-write")
-        self.inner.write(states, offsets, changelog)
+        super().write(states, offsets, changelog)
 
 
 def start(serving, broker, state_dir):
@@ -140,8 +138,8 @@ def start(serving, broker, state_dir):
                              engine={"max_batch": 9, "describe": False},
                              state={"dir": str(state_dir), "processing_guarantee": "exactly-once"})
     engine = build_engine(settings, serving, Source(broker), TxnSink(broker),
-                          store=FaultyStore(SqliteStore(state_dir), broker))
-    assert engine.transactional and engine.state_manager is not None
+                          store=FaultyStore(state_dir, broker))
+    assert engine.transactional and engine.state is not None
     return engine
 
 
@@ -169,7 +167,7 @@ def test_fault_at_each_transactional_step_yields_each_prediction_exactly_once(st
             with pytest.raises(Crash):
                 while pending(records, broker):
                     engine.step()
-            engine.cache.store.close()
+            engine.state.close()
         else:
             while broker.countdown > 0 and pending(records, broker):
                 try:
@@ -177,7 +175,7 @@ def test_fault_at_each_transactional_step_yields_each_prediction_exactly_once(st
                 except SinkError:
                     pass  # the run loop retries after a pause
         faults += broker.countdown == 0
-        restored += engine.state_manager.restored_records
+        restored += engine.state.restored_records
     assert faults == 4
     broker.fault = None
     engine = start(serving, broker, state_dir)
@@ -187,7 +185,7 @@ def test_fault_at_each_transactional_step_yields_each_prediction_exactly_once(st
     # a fault inside an open transaction aborts it (the engine's abort, or the restarted producer's
     # init_transactions); a fault before begin or after the commit leaves nothing to abort
     assert aborted == (4 if step in ("send", "send-offsets", "commit-transaction") else 0), aborted
-    restored += engine.state_manager.restored_records
+    restored += engine.state.restored_records
     if kind == "crash" and step == "store-write":  # committed, never written locally: repaired from the changelog
         assert restored > 0
         # read from the store's checkpoint: only the last committed batch's records (<= max_batch learners),
@@ -199,7 +197,7 @@ def test_fault_at_each_transactional_step_yields_each_prediction_exactly_once(st
     assert set(keys) == {(r.partition, r.offset) for r in records}, "every input offset predicted, nothing else"
     for p in preds:
         assert torch.allclose(torch.tensor(p["probs"]), reference[p["event_id"]], atol=1e-6), p["event_id"]
-    engine.cache.store.close()
+    engine.state.close()
     _, ref_states = uninterrupted(serving, records, None)
     store = SqliteStore(state_dir)
     for tp in {r.tp for r in records}:

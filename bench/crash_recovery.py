@@ -115,7 +115,7 @@ def main() -> None:
     ap.add_argument("--timeout-s", type=float, default=900.0)
     ap.add_argument("--guarantee", choices=["at-least-once", "exactly-once"], default="at-least-once")
     ap.add_argument("--throughput", type=int, default=0, help="events: time both guarantees instead")
-    ap.add_argument("--max-batch", type=int, default=500)
+    ap.add_argument("--max-batch", type=int, default=500, help="the engine's engine.max_batch")
     ap.add_argument("--proxy-delay-s", type=float, default=None, help="a delaying proxy in front of the broker")
     ap.add_argument("--proxy-stall-s", type=float, default=0.0, help="with the proxy: stall all traffic this long")
     ap.add_argument("--proxy-stall-every-s", type=float, default=30.0)
@@ -137,7 +137,8 @@ def main() -> None:
                 staller = stalls(broker.proxy, a.proxy_stall_every_s, a.proxy_stall_s, stop_stalls)
         result = chaos.run(work, broker.bootstrap_servers, n_learners=a.learners,
                            mean_length=a.events // a.learners + 1, partitions=a.partitions, kills=a.kills,
-                           feed_s=a.feed_s, seed=0, timeout_s=a.timeout_s, guarantee=a.guarantee)
+                           feed_s=a.feed_s, seed=0, timeout_s=a.timeout_s, guarantee=a.guarantee,
+                           max_batch=a.max_batch)
         stop_stalls.set()
         if proxied:
             broker.proxy.resume()

@@ -47,7 +47,7 @@ from ktstream.state.sqlite import SqliteStore
 
 
 def prepare(workdir: Path, bootstrap: str, n_learners: int, mean_length: int, partitions: int, seed: int = 0,
-            guarantee: str = "at-least-once"):
+            guarantee: str = "at-least-once", max_batch: int = 100):
     recs = replay_order(simulate(n_learners=n_learners, mean_length=mean_length, seed=seed, step_prob=0.3,
                                  query_prob=0.05, start_spread_ms=60_000, n_items=50, n_concepts=8))
     items, concepts = build_vocabularies(recs)
@@ -60,7 +60,7 @@ def prepare(workdir: Path, bootstrap: str, n_learners: int, mean_length: int, pa
     cfg = {"kafka": {"bootstrap_servers": bootstrap, "group_id": f"g-{tag}", "session_timeout_ms": 6000,
                      "partitions": partitions, "topics": {"events": f"{tag}.ev", "predictions": f"{tag}.pred",
                                                           "dead_letters": f"{tag}.dead"}},
-           "metrics": {"port": 0}, "engine": {"max_batch": 100, "poll_timeout_ms": 20, "describe": False, "gc_tuning": False},
+           "metrics": {"port": 0}, "engine": {"max_batch": max_batch, "poll_timeout_ms": 20, "describe": False, "gc_tuning": False},
            "model": {"family": "dkt", "checkpoint": str(workdir / "model")},
            "state": {"processing_guarantee": guarantee}}
     (workdir / "config.yaml").write_text(json.dumps(cfg))
@@ -150,9 +150,9 @@ def reference(serving: ServingModel, records, settings):
 
 
 def run(workdir: Path, bootstrap: str, n_learners=200, mean_length=15, partitions=3, kills=3, feed_s=20.0,
-        seed=0, timeout_s=240.0, guarantee: str = "at-least-once", pause=(0.2, 3.0)) -> dict:
+        seed=0, timeout_s=240.0, guarantee: str = "at-least-once", pause=(0.2, 3.0), max_batch: int = 100) -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
-    recs, serving, s = prepare(workdir, bootstrap, n_learners, mean_length, partitions, seed, guarantee)
+    recs, serving, s = prepare(workdir, bootstrap, n_learners, mean_length, partitions, seed, guarantee, max_batch)
     from connectors.kafka.admin import create_topics
     t = s.kafka.topics
     create_topics(s.kafka, [t.events, t.predictions, t.dead_letters], partitions)

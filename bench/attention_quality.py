@@ -30,8 +30,8 @@ import torch
 
 from connectors.datasets import DATASET_FORMATS, dataset_dir, iter_events
 from ktstream.data.histories import build_vocabularies, collate, encode
-from ktstream.evaluation.metrics import auc
 from ktstream.models import create
+from ktstream.scoring.binary import auc
 from ktstream.training.trainer import TrainConfig, fit
 
 

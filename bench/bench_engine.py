@@ -67,16 +67,16 @@ from connectors.kafka import KafkaSink, KafkaSource  # noqa: E402
 from ktstream.config import load_settings  # noqa: E402
 from ktstream.data.histories import build_vocabularies  # noqa: E402
 from ktstream.data.simulate import simulate  # noqa: E402
-from ktstream.engine.bootstrap import ServingModel  # noqa: E402
+from ktstream.models.checkpoint import ServingModel  # noqa: E402
 from ktstream.engine.decode import Decoded, decode  # noqa: E402
 from ktstream.engine.engine import Engine  # noqa: E402
 from ktstream.engine.messages import dead_letter, now_ms  # noqa: E402
 from ktstream.engine.processor import Batch  # noqa: E402
-from ktstream.engine.records import Output  # noqa: E402
+from ktstream.core import Output  # noqa: E402
 from ktstream.engine.replay import publish, replay_order  # noqa: E402
-from ktstream.engine.service import build_engine, collector_for, tune_process  # noqa: E402
+from ktstream.service import build_engine, collector_for, tune_process  # noqa: E402
 from ktstream.engine.state_cache import StateCache  # noqa: E402
-from ktstream.metrics import EngineMetrics  # noqa: E402
+from ktstream.engine.metrics import EngineMetrics  # noqa: E402
 from ktstream.models import KTModel, create, names  # noqa: E402
 
 PARTITIONS = 4

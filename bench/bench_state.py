@@ -30,13 +30,13 @@ import time
 
 import torch
 
+from ktstream.core import Record
+from ktstream.data.vocab import Vocabulary
 from ktstream.engine import StateCache
 from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
-from ktstream.engine.records import Record
-from ktstream.serving.runner import ModelRunner
-from ktstream.data.vocab import Vocabulary
 from ktstream.models import create, family
+from ktstream.serving.runner import ModelRunner
 from ktstream.state import SqliteStore
 
 PARTS = 4

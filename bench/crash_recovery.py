@@ -1,6 +1,6 @@
 """The issue's crash-recovery figure: >= 10 SIGKILLs during >= 50,000 events over >= 2,000 learners.
 
-Starts an embedded broker (Tansu), then connectors.state_chaos.run: a paced feed,
+Starts an embedded broker (Tansu), then tests.support.state_chaos.run: a paced feed,
 ``ktstream serve`` with ``state.dir`` set, killed with SIGKILL (by its pid) at
 random moments once it processes, restarted on the same state directory;
 checks every input offset predicted, only same-offset repeats with the same
@@ -37,11 +37,11 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/ (the proxy)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/ (harness, proxy)
 
-from connectors import state_chaos as chaos  # noqa: E402
 from connectors.broker import EmbeddedBroker  # noqa: E402
 from tests.faults.delay_proxy import ProxiedBroker  # noqa: E402
+from tests.support import state_chaos as chaos  # noqa: E402
 
 
 def stalls(proxy, every_s: float, stall_s: float, stop: threading.Event, seed: int = 1) -> threading.Thread:
@@ -68,8 +68,8 @@ def throughput(bootstrap: str, events: int, learners: int, partitions: int, max_
     from connectors.kafka.admin import create_topics
     from ktstream.cli.serve import create_changelog
     from ktstream.config import load_settings
-    from ktstream.engine.records import Output
-    from ktstream.engine.service import build_engine
+    from ktstream.core import Output
+    from ktstream.service import build_engine
 
     work = Path(tempfile.mkdtemp(prefix="guarantees-"))
     recs, serving, _ = chaos.prepare(work, bootstrap, learners, events // learners + 1, partitions)

@@ -37,8 +37,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from bench_engine import model_config, passthrough_engine, serving_models, throughput_load  # noqa: E402
 from ktstream.config import load_settings  # noqa: E402
 from ktstream.data.histories import build_vocabularies  # noqa: E402
-from ktstream.engine import MemorySink, MemorySource, Record  # noqa: E402
-from ktstream.engine.service import build_engine, tune_process  # noqa: E402
+from ktstream.core import Record  # noqa: E402
+from ktstream.engine import MemorySink, MemorySource
+from ktstream.service import build_engine, tune_process  # noqa: E402
 
 PARTITIONS = 4
 

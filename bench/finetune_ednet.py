@@ -33,9 +33,13 @@ from connectors.archive import ArchiveWriter
 from connectors.datasets import iter_events
 from ktstream.data.archive_reader import read_archive
 from ktstream.data.histories import encode
-from ktstream.evaluation.metrics import auc
-from ktstream.finetune import FinetuneConfig, ModelRegistry, PromotionConfig, build_replay, fine_tune, run_cycle
+from ktstream.finetune.finetune import FinetuneConfig, fine_tune
+from ktstream.finetune.promotion import PromotionConfig
+from ktstream.finetune.registry import ModelRegistry
+from ktstream.finetune.replay import build_replay
+from ktstream.finetune.scheduler import run_cycle
 from ktstream.leakage import ALL_CHECKS, GateConfig
+from ktstream.scoring.binary import auc
 from ktstream.training.trainer import predict_histories
 
 DAY_MS = 86_400_000

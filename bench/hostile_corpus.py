@@ -64,9 +64,9 @@ def run_engine(bootstrap: str, partitions: int, ends: dict[int, int], timeout_s:
 
     from connectors.kafka import KafkaSink, KafkaSource
     from ktstream.data.vocab import Vocabulary
-    from ktstream.engine.bootstrap import ServingModel
-    from ktstream.engine.service import build_engine, tune_process
     from ktstream.models import create
+    from ktstream.models.checkpoint import ServingModel
+    from ktstream.service import build_engine, tune_process
     from tests.faults.hostile import CONCEPTS, ITEMS
 
     s = settings_for(bootstrap, partitions, "hostile-engine")

@@ -26,8 +26,8 @@ import torch
 
 from connectors.datasets.ordinal import assistments_ordinal_events
 from ktstream.data.histories import build_vocabularies, encode
-from ktstream.evaluation.ordinal_metrics import ordinal_report
 from ktstream.models import create
+from ktstream.scoring.ordinal import ordinal_report
 from ktstream.training.ordinal_losses import class_weights, make_loss
 from ktstream.training.trainer import predict_histories, score
 from ordinal_recovery import train  # bench/ is the script's own folder, hence on sys.path

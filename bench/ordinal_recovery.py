@@ -25,8 +25,8 @@ import torch
 
 from ktstream.data.histories import build_vocabularies, collate, encode
 from ktstream.data.simulate_gpcm import item_id, simulate
-from ktstream.evaluation.ordinal_metrics import ordinal_report, spearman
 from ktstream.models import create
+from ktstream.scoring.ordinal import ordinal_report, spearman
 from ktstream.training.ordinal_losses import make_loss
 from ktstream.training.trainer import forward_windows, predict_histories, score
 

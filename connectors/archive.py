@@ -48,11 +48,12 @@ from typing import Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ktstream.core import Output, Record, TopicPartition
 from ktstream.data.eventlog import EventLogError, parquet_row, write_parquet
 from ktstream.engine.decode import Rejected, decode
 from ktstream.engine.exceptions import CommitError
 from ktstream.engine.messages import dead_letter, now_ms
-from ktstream.engine.records import Output, Record, Sink, Source, TopicPartition
+from ktstream.engine.records import Sink, Source
 
 log = logging.getLogger(__name__)
 UNDATED = "none"

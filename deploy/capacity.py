@@ -1,6 +1,6 @@
 """Capacity figures for sizing a deployment: events/s per engine, latency per batch, bytes per learner.
 
-Runs the real engine loop (``ktstream.engine.service.build_engine``: decode,
+Runs the real engine loop (``ktstream.service.build_engine``: decode,
 validate, waves, model, staged state, commit) over in-memory records, so the
 figures exclude the broker and the network: they are the engine's ceiling on
 one node. Kafka adds its own latency (``kafka.linger_ms``, the fetch) on top.
@@ -24,14 +24,14 @@ import numpy as np
 import torch
 
 from ktstream.config import load_settings
+from ktstream.core import Record
 from ktstream.data.histories import build_vocabularies
 from ktstream.data.simulate import simulate
-from ktstream.engine.bootstrap import ServingModel
-from ktstream.engine.records import MemorySink, MemorySource, Record
+from ktstream.engine.records import MemorySink, MemorySource
 from ktstream.engine.replay import replay_order
-from ktstream.engine.service import build_engine
 from ktstream.models import create
-from ktstream.models.checkpoint import load_checkpoint
+from ktstream.models.checkpoint import ServingModel, load_checkpoint
+from ktstream.service import build_engine
 
 
 def records_for(events: list[dict], topic: str, partitions: int) -> list[Record]:

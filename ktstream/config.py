@@ -106,7 +106,7 @@ class EngineSettings(_Section):
                                                                "included) at the first idle loop turn after this "
                                                                "many seconds since the last one")
     malloc_tuning: bool = Field(True, description="keep freed tensor memory in the C heap for reuse (glibc "
-                                                  "mallopt; see ktstream.engine.service.tune_malloc): fewer page "
+                                                  "mallopt; see ktstream.service.tune_malloc): fewer page "
                                                   "faults per wave")
     describe: bool = Field(True, description="add model.describe() (ability, mastery, attention summary) "
                                             "to predictions; costs a second state read")

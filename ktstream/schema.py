@@ -35,6 +35,9 @@ MAX_INT64 = 2**63 - 1
 MAX_ATTRIBUTES_DEPTH = 8
 #: Most bytes of ``attributes`` written as compact JSON.
 MAX_ATTRIBUTES_BYTES = 16_384
+#: Most numbers per learner a model's ``describe`` entry may have to go into a prediction's ``extras``
+#: (larger ones, such as full attention maps, stay out of the message).
+MAX_EXTRA_VALUES = 64
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 #: The event-time range, in epoch milliseconds (UTC years 1..9999, the range of a datetime).

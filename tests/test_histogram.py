@@ -6,8 +6,8 @@ import random
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
+from ktstream.engine.metrics import END_TO_END_BUCKETS
 from ktstream.histogram import BatchHistogram
-from ktstream.metrics import END_TO_END_BUCKETS
 
 
 def series(registry: CollectorRegistry, name: str) -> list[str]:

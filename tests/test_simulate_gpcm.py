@@ -9,9 +9,9 @@ import torch
 
 from ktstream.data.histories import build_vocabularies, collate, encode, group_by_learner
 from ktstream.data.simulate_gpcm import gpcm_probs, item_id, learner_id, simulate
-from ktstream.evaluation.ordinal_metrics import quadratic_weighted_kappa, spearman
 from ktstream.models import create
 from ktstream.schema import Event
+from ktstream.scoring.ordinal import quadratic_weighted_kappa, spearman
 from ktstream.training.ordinal_losses import cross_entropy
 
 

@@ -16,7 +16,7 @@ from typing import Iterator
 
 from connectors.kafka.committed import stream_partition
 from ktstream.config import KafkaSettings
-from ktstream.engine.records import Record
+from ktstream.core import Record
 
 
 def read_changelog(settings: KafkaSettings, topic: str, partition: int, start: int = 0,

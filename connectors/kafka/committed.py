@@ -39,8 +39,8 @@ from kafka.record import MemoryRecords
 
 from connectors.kafka.clients import common_config
 from ktstream.config import KafkaSettings
+from ktstream.core import Record
 from ktstream.engine.exceptions import EngineError
-from ktstream.engine.records import Record
 
 
 class ReadStalledError(EngineError):

@@ -24,8 +24,8 @@ from kafka import KafkaProducer
 
 from connectors.kafka.clients import producer_config
 from ktstream.config import KafkaSettings
+from ktstream.core import Output, TopicPartition
 from ktstream.engine.exceptions import SinkError
-from ktstream.engine.records import Output, TopicPartition
 
 
 #: kafka-python's default ``max_request_size`` (as Apache Kafka's ``max.request.size``).

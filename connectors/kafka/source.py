@@ -27,8 +27,9 @@ from kafka.structs import OffsetAndMetadata
 
 from connectors.kafka.clients import consumer_config
 from ktstream.config import KafkaSettings
+from ktstream.core import Record, TopicPartition as TP
 from ktstream.engine.exceptions import CommitError, EngineError
-from ktstream.engine.records import Record, TopicPartition as TP, ignore_partitions
+from ktstream.engine.records import ignore_partitions
 
 log = logging.getLogger(__name__)
 

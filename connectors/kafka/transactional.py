@@ -42,8 +42,8 @@ from kafka.structs import OffsetAndMetadata
 
 from connectors.kafka.sink import KafkaSink
 from ktstream.config import KafkaSettings, StateSettings
+from ktstream.core import TopicPartition as TP
 from ktstream.engine.exceptions import CommitError, CommitOutcomeUnknownError, SinkError
-from ktstream.engine.records import TopicPartition as TP
 
 log = logging.getLogger(__name__)
 

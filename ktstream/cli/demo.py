@@ -46,13 +46,13 @@ def run(args) -> int:
 
     from connectors.broker import EMBEDDED, EmbeddedBroker
     from connectors.kafka import KafkaSink, KafkaSource
+    from ktstream.cli.serve import load_model
     from ktstream.config import load_settings
+    from ktstream.core import Output
     from ktstream.data.simulate import simulate
-    from ktstream.engine.bootstrap import load_model
-    from ktstream.engine.records import Output
     from ktstream.engine.replay import publish, replay_order
-    from ktstream.engine.service import Service
     from ktstream.engine.summary import Summary
+    from ktstream.service import Service
 
     with EmbeddedBroker() as broker:
         model = {"family": args.model} if args.model else {}

@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from ktstream.evaluation.metrics import format_table
-from ktstream.evaluation.protocols import benchmark, coin_flip_labels, prequential_time
+from ktstream.evaluation.protocols import benchmark, prequential_time
+from ktstream.leakage.random_labels import coin_flip_labels
+from ktstream.scoring.binary import format_table
 from ktstream.training.trainer import TrainConfig
 
 log = logging.getLogger("ktstream.evaluate")

@@ -36,27 +36,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-@torch.inference_mode()
-def attention_map(model, hist) -> tuple[np.ndarray, list[dict]]:
-    """(T, 1 + T) weights (column 0: no history) and the per-position ``describe`` outputs of one learner."""
-    T = hist.shape[1]
-    heat = np.zeros((T, T + 1))
-    state = model.init_state(1)
-    at_step_start, infos = state, []
-    for t in range(T):
-        if int(hist.step_start[0, t]) == t:
-            at_step_start = state
-        _, info = model.predict(at_step_start, hist.at(t), describe=True)
-        pos, w = info["attention_positions"][0], info["attention"][0]
-        keep = pos >= 0
-        heat[t, 1 + pos[keep].numpy()] = w[keep].numpy()
-        heat[t, 0] = float(info["attention_null"][0])
-        infos.append({k: v[0] for k, v in info.items()})
-        if int(hist.responses[0, t]) >= 0:
-            state = model.update(state, hist.at(t))
-    return heat, infos
-
-
 def _load(args, records):
     from ktstream.cli.evaluate import _model_kwargs
     from ktstream.data.histories import build_vocabularies
@@ -82,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ktstream.data.eventlog import read_events
     from ktstream.data.histories import collate, encode
+    from ktstream.models.serving import attention_map
 
     records = read_events(args.events)
     mine = [r for r in records if r["learner_id"] == args.learner]

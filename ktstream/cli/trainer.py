@@ -23,8 +23,9 @@ def register(sub) -> None:
 
 
 def build(settings):
-    from ktstream.finetune import ModelRegistry, Trainer
     from ktstream.finetune.metrics import FinetuneMetrics
+    from ktstream.finetune.registry import ModelRegistry
+    from ktstream.finetune.scheduler import Trainer
 
     return Trainer(settings.archive, ModelRegistry(settings.registry), settings.horizon_ms, settings.every_ms,
                    settings.every_events, int(settings.lateness_s * 1000), settings.family, settings.model_kwargs,

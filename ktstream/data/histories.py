@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
+from ktstream.core import step_key
 from ktstream.data.vocab import PAD, Vocabulary
 
 NO_RESPONSE = -1
@@ -179,13 +180,6 @@ def step_starts(step_keys: Sequence[Any]) -> np.ndarray:
     return out
 
 
-def _step_key(rec: dict[str, Any]) -> Any:
-    if rec.get("step_id") is not None:
-        return ("s", rec["step_id"])
-    t = rec.get("event_time")
-    return None if t is None else ("t", t)
-
-
 def group_by_learner(records: Iterable[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """Records per learner, in event-time order (ties: source order)."""
     out: dict[str, list[dict[str, Any]]] = {}
@@ -211,8 +205,9 @@ def encode_learner(learner_id: str, recs: list[dict[str, Any]], items: Vocabular
                       for r in recs], dtype=np.float64)
     resp = np.array([r["response"] if r.get("response") is not None else NO_RESPONSE for r in recs],
                     dtype=np.int64)
+    steps = step_starts([step_key(r.get("step_id"), r.get("event_time")) for r in recs])
     return LearnerHistory(learner_id, np.array([items.encode(r["item_id"]) for r in recs], dtype=np.int64),
-                          conc, resp, times, step_starts([_step_key(r) for r in recs]),
+                          conc, resp, times, steps,
                           [r.get("event_id", "") for r in recs])
 
 

@@ -22,9 +22,8 @@ learner's events are screened in order:
   with ``late=True`` on their prediction. Events without an event time are
   never late: their order is their arrival order.
 
->>> from ktstream.engine.learner import LearnerState
+>>> from ktstream.core import LearnerState, Record
 >>> from ktstream.engine.decode import decode
->>> from ktstream.engine.records import Record
 >>> def ev(lid, off, t):
 ...     body = '{"event_id":"e%d","learner_id":"%s","item_id":"q","event_time":%d}' % (off, lid, t)
 ...     return decode(Record("ev", 0, off, lid.encode(), body.encode()), 10_000)
@@ -42,8 +41,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ktstream.core import LearnerState
 from ktstream.engine.decode import Decoded
-from ktstream.engine.learner import LearnerState
 
 LatePolicy = Literal["dead-letter", "apply"]
 LATE_POLICIES = ("dead-letter", "apply")
@@ -67,7 +66,7 @@ class Plan:
     repeated: list[Decoded] = field(default_factory=list)  # the last applied event id again, rejected
 
 
-def group_by_learner(decoded: list[Decoded]) -> dict[str, list[Decoded]]:
+def events_per_learner(decoded: list[Decoded]) -> dict[str, list[Decoded]]:
     """Events per learner, in arrival order (dicts keep first-seen learner order)."""
     out: dict[str, list[Decoded]] = {}
     for d in decoded:
@@ -90,7 +89,7 @@ def plan(decoded: list[Decoded], learners: dict[str, LearnerState], late_policy:
     assert late_policy in LATE_POLICIES, f"late_policy must be one of {LATE_POLICIES}, got {late_policy!r}"
     result = Plan()
     kept: list[list[Planned]] = []
-    for lid, events in group_by_learner(decoded).items():
+    for lid, events in events_per_learner(decoded).items():
         learner = learners[lid]
         last_time, last_offset, batch_ids = learner.last_event_time_ms, dict(), set()
         if learner.partition is not None:

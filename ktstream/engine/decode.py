@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import orjson
 import pydantic
 
-from ktstream.engine.records import Record
+from ktstream.core import Record
 from ktstream.schema import Event
 
 #: Dead-letter reason categories produced here (``late`` and ``duplicate`` come from the batcher).

@@ -64,11 +64,12 @@ from typing import Callable, Protocol
 from ktstream.engine.collector import BatchCollector
 from ktstream.engine.exceptions import (CommitError, CommitOutcomeUnknownError, EngineError, RetriesExhaustedError,
                                         SinkError)
+from ktstream.core import TopicPartition
 from ktstream.engine.messages import now_ms
+from ktstream.engine.metrics import EngineMetrics
 from ktstream.engine.processor import Batch, Processor
-from ktstream.engine.records import Sink, Source, TopicPartition
+from ktstream.engine.records import Sink, Source
 from ktstream.serving.runner import ModelRunner
-from ktstream.metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
 

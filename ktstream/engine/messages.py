@@ -15,11 +15,10 @@ import time
 import orjson
 import torch
 
-from ktstream.engine.decode import Decoded, Rejected
-from ktstream.engine.records import Output, Record
-from ktstream.schema import DeadLetter, SourceRef
+from ktstream.core import Output, Record
+from ktstream.engine.decode import Decoded
+from ktstream.schema import MAX_EXTRA_VALUES, DeadLetter, SourceRef
 
-MAX_EXTRA_VALUES = 64
 #: Dead letters keep at most this many original bytes, so that a huge record's dead letter
 #: (base64: 4/3 of the size) still fits a default 1 MB Kafka message; the source reference
 #: points at the full record.
@@ -44,10 +43,6 @@ def dead_letter(topic: str, record: Record, reason: str, detail: str) -> Output:
     msg = DeadLetter(reason=reason, detail=detail[:2000], original=base64.b64encode(original).decode(),
                      source=source_ref(record), failed_at_ms=now_ms())
     return Output(topic, record.key, msg.model_dump_json().encode())
-
-
-def rejected(topic: str, r: Rejected) -> Output:
-    return dead_letter(topic, r.record, r.reason, r.detail)
 
 
 def describe_rows(extras: dict[str, torch.Tensor], concepts: list[dict[str, int]] | None = None) -> list[dict]:

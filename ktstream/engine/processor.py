@@ -28,14 +28,13 @@ import json
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
+from ktstream.core import LearnerState, Output, Record, TopicPartition
 from ktstream.engine import messages
 from ktstream.engine.batcher import LatePolicy, plan
 from ktstream.engine.decode import Decoded, Rejected, decode
-from ktstream.engine.learner import LearnerState
-from ktstream.engine.records import Output, Record, TopicPartition
-from ktstream.serving.runner import ModelRunner
 from ktstream.engine.state_cache import StateCache
 from ktstream.engine.swap import rebuild_learners, window_record
+from ktstream.serving.runner import ModelRunner
 
 #: What a record costs in a Kafka request besides its key, value and headers (record-batch header:
 #: 61 bytes; the record's own length, delta and count varints: at most about 30).

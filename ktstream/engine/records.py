@@ -1,4 +1,4 @@
-"""The plain records the engine exchanges with the outside, and the two ports it needs.
+"""The two ports the engine needs: a source of ``Record`` objects and a sink of ``Output`` objects.
 
 The engine never imports a Kafka client (connectors/ does). A source hands it
 ``Record`` objects and a sink takes ``Output`` objects; anything that
@@ -12,41 +12,11 @@ read, so committing ``{("events", 0): 42}`` means records 0..41 are done.
 from __future__ import annotations
 
 from collections import Counter, deque
-from dataclasses import dataclass, field
 from typing import Callable, Iterable, Protocol
 
-TopicPartition = tuple[str, int]
+from ktstream.core import Output, Record, TopicPartition
+
 PartitionsCallback = Callable[[list[TopicPartition]], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One input record as the broker delivered it (value is the raw bytes)."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp_ms: int | None = None
-    headers: tuple[tuple[str, bytes], ...] = ()
-    tp: TopicPartition = field(init=False, repr=False, compare=False)  # (topic, partition), made once
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "tp", (self.topic, self.partition))
-
-
-@dataclass(frozen=True, slots=True)
-class Output:
-    """One message for the sink: topic, key (learner id, bytes) and value; ``partition`` None lets the
-    sink's partitioner choose (by key), a number sends it there; ``headers`` go with it (a changelog
-    record names its source in both, ktstream.state.changelog)."""
-
-    topic: str
-    key: bytes | None
-    value: bytes
-    partition: int | None = None
-    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 class Source(Protocol):

@@ -26,8 +26,9 @@ from typing import Any, Iterable, Iterator
 
 from tqdm import tqdm
 
+from ktstream.core import Output
 from ktstream.data.histories import group_by_learner
-from ktstream.engine.records import Output, Sink
+from ktstream.engine.records import Sink
 
 
 def replay_order(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

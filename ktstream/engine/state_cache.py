@@ -14,7 +14,7 @@ model's initial state) and is counted in ``evictions``; size the cache so that
 it does not happen, or add the store.
 
 >>> import torch
->>> from ktstream.engine.learner import LearnerState
+>>> from ktstream.core import LearnerState
 >>> cache = StateCache(max_bytes=2000)
 >>> for u in ["a", "b", "c"]:
 ...     cache.put(LearnerState(u, {"h": torch.zeros(1, 100)}, "v1"))
@@ -27,8 +27,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Iterable, Iterator, Protocol
 
-from ktstream.engine.learner import LearnerState
-from ktstream.engine.records import TopicPartition
+from ktstream.core import LearnerState, TopicPartition
 
 
 class StateStore(Protocol):

@@ -6,7 +6,7 @@ import time
 
 import numpy as np
 
-from ktstream.metrics import EngineMetrics
+from ktstream.engine.metrics import EngineMetrics
 
 
 class Summary:

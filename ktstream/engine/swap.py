@@ -23,8 +23,8 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ktstream.core import LearnerState, WindowRecord
 from ktstream.engine.decode import Decoded
-from ktstream.engine.learner import LearnerState, WindowRecord
 from ktstream.serving.rebuild import rebuild_states
 from ktstream.serving.runner import ModelRunner
 

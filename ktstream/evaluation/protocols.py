@@ -19,31 +19,11 @@ import numpy as np
 import torch
 
 from ktstream.data.histories import LearnerHistory, build_vocabularies, collate, encode
-from ktstream.evaluation.metrics import summarize
 from ktstream.exceptions import LeakageError
 from ktstream.models import create
 from ktstream.models.serving import replay
-from ktstream.training.trainer import FitResult, TrainConfig, fit, predict_histories, score
-from ktstream.training.trainer import refit as refit_model
-
-
-def coin_flip_labels(records: Sequence[dict], seed: int) -> list[dict]:
-    """The same events with responses replaced by fair coin flips (the random-label check).
-
-    One flip per original interaction: rows that repeat one multi-concept interaction
-    (``ktstream.leakage.interaction_groups``: consecutive rows of one item with one response and
-    new concepts) share it, as the row expansion copies the response; flipping each row on its
-    own would hide exactly the leak the check is for.
-    """
-    from ktstream.leakage.expansion import interaction_groups
-
-    rng = np.random.default_rng(seed)
-    items, concepts = build_vocabularies(records)  # only to group the rows
-    flips: dict[str, int] = {}
-    for h in encode(records, items, concepts):
-        draws = rng.integers(0, 2, size=len(h))
-        flips.update(zip(h.event_ids, draws[interaction_groups(h)].tolist()))
-    return [{**r, "response": flips[r["event_id"]]} for r in records]
+from ktstream.scoring.binary import summarize
+from ktstream.training.trainer import FitResult, TrainConfig, fit, predict_histories, refit as refit_model, score
 
 
 def n_categories_of(records: Sequence[dict]) -> int:

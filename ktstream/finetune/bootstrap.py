@@ -24,8 +24,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ktstream.evaluation.metrics import auc
-from ktstream.evaluation.ordinal_metrics import quadratic_weighted_kappa
+from ktstream.scoring.binary import auc
+from ktstream.scoring.ordinal import quadratic_weighted_kappa
 
 Metric = Callable[[np.ndarray, np.ndarray], float]
 

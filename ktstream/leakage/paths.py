@@ -23,8 +23,9 @@ gate's probe histories (long, stepped and clocked: `probe_data`):
   `Engine` over a `MemorySource`), every probe event published as JSON, in
   four micro-batches (their boundaries cut steps of some learners).
 
-``forward`` itself against serving is `serving_equivalence`. The engine is a
-higher layer than the gate: it is imported only when this check runs.
+``forward`` itself against serving is `serving_equivalence`. Driving the engine
+puts the gate above it in the package layers (pyproject.toml's import-linter
+contracts); the engine never imports the gate.
 """
 
 from __future__ import annotations
@@ -34,12 +35,20 @@ from typing import Callable
 
 import torch
 
+from ktstream.core import Record
 from ktstream.data.histories import Histories, LearnerHistory
+from ktstream.data.vocab import Vocabulary
+from ktstream.engine.engine import Engine
+from ktstream.engine.processor import Processor
+from ktstream.engine.records import MemorySink, MemorySource
+from ktstream.engine.replay import replay_order
+from ktstream.engine.state_cache import StateCache
 from ktstream.leakage.config import GateConfig
 from ktstream.leakage.probe import batch_of, forward_probs, in_mode, max_diff
 from ktstream.leakage.report import CheckResult
 from ktstream.models.base import KTModel
 from ktstream.models.serving import replay
+from ktstream.serving.runner import ModelRunner
 from ktstream.training.trainer import forward_windows, predict_histories
 
 PATHS = ("forward_carried", "predict_histories", "windows_train", "engine")
@@ -78,13 +87,6 @@ ENGINE_BATCHES = 4  # micro-batches the probe events are cut into: steps get cut
 def engine_probs(model: KTModel, learners: list[LearnerHistory]) -> tuple[torch.Tensor, int]:
     """(probs (B, T, K), dead letters): the probe histories served by the engine, in ``ENGINE_BATCHES``
     micro-batches (a step cut by a micro-batch boundary must still be predicted from its start)."""
-    from ktstream.data.vocab import Vocabulary
-    from ktstream.engine import MemorySink, MemorySource, Record, StateCache
-    from ktstream.engine.engine import Engine
-    from ktstream.engine.processor import Processor
-    from ktstream.engine.replay import replay_order
-    from ktstream.serving.runner import ModelRunner
-
     # ids are already encoded: vocabularies whose index of "k" is k hand them back unchanged
     items = Vocabulary([str(i) for i in range(2, model.n_items)])
     concepts = Vocabulary([str(i) for i in range(2, model.n_concepts)])

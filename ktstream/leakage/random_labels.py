@@ -26,18 +26,35 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ktstream.data.histories import LearnerHistory
-from ktstream.evaluation.metrics import auc, null_auc_bound
+from ktstream.data.histories import LearnerHistory, build_vocabularies, encode
 from ktstream.leakage.config import GateConfig, GateData
 from ktstream.leakage.expansion import interaction_groups, repeated_rows
 from ktstream.leakage.report import CheckResult
 from ktstream.models.base import KTModel
+from ktstream.scoring.binary import auc, null_auc_bound
 from ktstream.training.trainer import TrainConfig, fit, predict_histories, resolve_device, score
 
 
 def null_bound(n_pos: int, n_neg: int, z: float, floor: float) -> float:
     """Half-width of the interval around 0.5 that a no-signal AUC stays in (false alarms ~ P(|N(0,1)| > z))."""
     return null_auc_bound(n_pos, n_neg, z=z, floor=floor)
+
+
+def coin_flip_labels(records: Sequence[dict], seed: int) -> list[dict]:
+    """The same events with responses replaced by fair coin flips (the random-label check).
+
+    One flip per original interaction: rows that repeat one multi-concept interaction
+    (``interaction_groups``: consecutive rows of one item with one response and
+    new concepts) share it, as the row expansion copies the response; flipping each row on its
+    own would hide exactly the leak the check is for.
+    """
+    rng = np.random.default_rng(seed)
+    items, concepts = build_vocabularies(records)  # only to group the rows
+    flips: dict[str, int] = {}
+    for h in encode(records, items, concepts):
+        draws = rng.integers(0, 2, size=len(h))
+        flips.update(zip(h.event_ids, draws[interaction_groups(h)].tolist()))
+    return [{**r, "response": flips[r["event_id"]]} for r in records]
 
 
 def with_random_labels(histories: Sequence[LearnerHistory], n_categories: int,

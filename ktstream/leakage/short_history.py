@@ -20,11 +20,11 @@ import math
 import numpy as np
 import torch
 
-from ktstream.evaluation.metrics import auc
 from ktstream.leakage.config import GateConfig, GateData
 from ktstream.leakage.random_labels import binary_view
 from ktstream.leakage.report import CheckResult
 from ktstream.models.base import KTModel
+from ktstream.scoring.binary import auc
 from ktstream.training.trainer import predict_histories, score
 
 

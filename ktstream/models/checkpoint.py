@@ -20,6 +20,7 @@ registry of the fine-tuning issue builds on this format.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 from safetensors.torch import load_file, save_file
@@ -35,6 +36,21 @@ CONFIG, WEIGHTS = "config.json", "weights.safetensors"
 
 class CheckpointError(KTStreamError):
     """A checkpoint directory that is missing, incomplete or of an unknown format."""
+
+
+@dataclass
+class ServingModel:
+    """A model ready to serve: the model, its item and concept vocabularies, its version (and, for a model
+    fitted at start-up, its validation AUC)."""
+
+    model: KTModel
+    items: Vocabulary
+    concepts: Vocabulary
+    version: str
+    valid_auc: float | None = None
+
+    def save(self, directory: str | Path) -> Path:
+        return save_checkpoint(directory, self.model, self.items, self.concepts, self.version)
 
 
 def save_checkpoint(directory: str | Path, model: KTModel, items: Vocabulary, concepts: Vocabulary,

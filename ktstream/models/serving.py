@@ -2,11 +2,14 @@
 
 For every position: the queries of a step are predicted from the state as it
 was when the step began, then each interaction updates the state. Used by the
-prequential evaluation, the equivalence tests and the leakage gate.
+prequential evaluation, the equivalence tests and the leakage gate; ``attention_map``
+replays one learner the same way and keeps what an attention model read at every
+position (``ktstream explain``, the HTML report's attention figure).
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ktstream.data.histories import Histories
@@ -29,3 +32,24 @@ def replay(model: KTModel, histories: Histories, state: State | None = None) -> 
         if bool(valid.any()):
             state = where_state(valid, model.update(state, query), state)
     return torch.stack(out, dim=1), state
+
+
+@torch.inference_mode()
+def attention_map(model: KTModel, hist: Histories) -> tuple[np.ndarray, list[dict]]:
+    """(T, 1 + T) weights (column 0: no history) and the per-position ``describe`` outputs of one learner."""
+    T = hist.shape[1]
+    heat = np.zeros((T, T + 1))
+    state = model.init_state(1)
+    at_step_start, infos = state, []
+    for t in range(T):
+        if int(hist.step_start[0, t]) == t:
+            at_step_start = state
+        _, info = model.predict(at_step_start, hist.at(t), describe=True)
+        pos, w = info["attention_positions"][0], info["attention"][0]
+        keep = pos >= 0
+        heat[t, 1 + pos[keep].numpy()] = w[keep].numpy()
+        heat[t, 0] = float(info["attention_null"][0])
+        infos.append({k: v[0] for k, v in info.items()})
+        if int(hist.responses[0, t]) >= 0:
+            state = model.update(state, hist.at(t))
+    return heat, infos

@@ -23,7 +23,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 import numpy as np  # noqa: E402
 
-from ktstream.evaluation.metrics import auc  # noqa: E402
+from ktstream.scoring.binary import auc  # noqa: E402
 
 DPI = 110
 

@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ktstream.evaluation.ordinal_metrics import ordinal_report
 from ktstream.reports import figures, trajectories
 from ktstream.reports.html import Raw, escape, figure, page, paragraph, section, table
 from ktstream.reports.predictions import Predictions
+from ktstream.scoring.ordinal import ordinal_report
 
 MASTERY_CAPTION = ("Concept mastery as the model sees it, for the learners with the longest histories. After each "
                    "interaction the model is asked, without changing its state, for its P(correct) on up to 10 items "

@@ -9,7 +9,7 @@ Where ``describe`` gives an IRT ability theta, it is drawn too. Dots mark the
 learner's real attempts at the concept: filled correct (ordinal: upper half of
 the scale), hollow not.
 
-Attention. For attention families, ``ktstream.cli.explain.attention_map``
+Attention. For attention families, ``ktstream.models.serving.attention_map``
 replays the learner and gives, per prediction, the weights over the cached past.
 """
 
@@ -24,6 +24,7 @@ import torch
 from ktstream.data.histories import Interactions, collate, encode_learner, group_by_learner
 from ktstream.data.vocab import Vocabulary
 from ktstream.models.base import KTModel, select_state
+from ktstream.models.serving import attention_map
 from ktstream.reports.figures import plt, to_png
 
 
@@ -114,8 +115,6 @@ def mastery_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, reco
 def attention_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, records: Sequence[dict],
                      learners: int = 2, last: int = 40) -> bytes | None:
     """Heatmaps of the last ``last`` predictions of sample learners; None for models without attention."""
-    from ktstream.cli.explain import attention_map
-
     chosen = set(sample_learners(records, learners))
     grouped = group_by_learner(r for r in records if r["learner_id"] in chosen)
     hists = {lid: collate([encode_learner(lid, recs, items, concepts)]) for lid, recs in grouped.items()}

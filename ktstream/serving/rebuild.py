@@ -24,9 +24,9 @@ from typing import Any, Sequence
 
 import torch
 
+from ktstream.core import step_key
 from ktstream.data.histories import collate, encode_learner, group_by_learner
 from ktstream.data.vocab import Vocabulary
-from ktstream.engine.learner import step_key
 from ktstream.models.base import KTModel, State, select_state, where_state
 from ktstream.serving.stacking import split_state
 

@@ -31,24 +31,31 @@ Letters: B learners in the wave, K response categories, C concepts per event.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
+from ktstream.core import LearnerState, memory_nbytes, step_key
 from ktstream.data.histories import NO_RESPONSE, Interactions
 from ktstream.data.vocab import Vocabulary
-from ktstream.engine.learner import memory_nbytes, step_key
-from ktstream.engine.messages import MAX_EXTRA_VALUES
 from ktstream.models.base import KTModel, State
+from ktstream.schema import MAX_EXTRA_VALUES
 from ktstream.serving.layouts import layout_for
 from ktstream.serving.stacking import StackBuffer, split_state
 
-if TYPE_CHECKING:
-    from ktstream.engine.batcher import Planned
-
 #: Most bytes of learner state stacked for one model call (see the module docstring).
 STACK_BYTES = 8 << 20
+
+
+class Planned(Protocol):
+    """One event of a wave as the runner reads it (the engine's ``ktstream.engine.batcher.Planned``):
+    the decoded event (``decoded.event``, ``decoded.record``, ``decoded.event_time_ms``), the learner's
+    working state, and whether the event is late."""
+
+    decoded: Any
+    learner: LearnerState
+    late: bool
 
 
 @runtime_checkable

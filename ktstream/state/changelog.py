@@ -36,8 +36,7 @@ from __future__ import annotations
 import json
 from typing import Callable, Iterable
 
-from ktstream.engine.learner import LearnerState
-from ktstream.engine.records import Output, Record, TopicPartition
+from ktstream.core import LearnerState, Output, Record, TopicPartition
 from ktstream.state import codec
 from ktstream.state.store import Store
 

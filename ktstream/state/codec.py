@@ -24,7 +24,7 @@ import torch
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
 
-from ktstream.engine.learner import LearnerState, WindowRecord
+from ktstream.core import LearnerState, WindowRecord
 
 _HALF = "h."  # name prefix of a float32 tensor stored as float16
 

@@ -40,10 +40,9 @@ import time
 from typing import Callable, Iterable, Protocol
 
 from ktstream.config import StateSettings
+from ktstream.core import LearnerState, Record, TopicPartition
 from ktstream.engine.exceptions import EngineError
-from ktstream.engine.learner import LearnerState
 from ktstream.engine.processor import Batch
-from ktstream.engine.records import Record, TopicPartition
 from ktstream.state.changelog import restore, to_changelog
 from ktstream.state.metrics import StateMetrics
 from ktstream.state.store import Store

@@ -10,8 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterator
 
-from ktstream.engine.learner import LearnerState
-from ktstream.engine.records import TopicPartition
+from ktstream.core import LearnerState, TopicPartition
 from ktstream.state import codec
 from ktstream.state.metrics import StateMetrics
 from ktstream.state.store import PartitionedStore, encode_row

@@ -11,7 +11,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from ktstream.engine.records import TopicPartition
+from ktstream.core import TopicPartition
 
 SECONDS = (0.001, 0.005, 0.02, 0.1, 0.5, 2.0, 10.0, 60.0)
 

@@ -27,8 +27,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterator
 
-from ktstream.engine.learner import LearnerState
-from ktstream.engine.records import TopicPartition
+from ktstream.core import LearnerState, TopicPartition
 from ktstream.state import codec
 from ktstream.state.metrics import StateMetrics
 from ktstream.state.store import PartitionedStore, StoreError, encode_row

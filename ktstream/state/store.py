@@ -24,7 +24,7 @@ and a file per partition moves, deletes and exports as a unit.
 cache); after a power loss the changelog restores the rest.
 
 >>> import torch
->>> from ktstream.engine.learner import LearnerState
+>>> from ktstream.core import LearnerState
 >>> from ktstream.state.memory import MemoryStore
 >>> s = MemoryStore()
 >>> s.open(("ev", 0))
@@ -41,8 +41,7 @@ from __future__ import annotations
 import time
 from typing import Any, Iterator, Protocol
 
-from ktstream.engine.learner import LearnerState
-from ktstream.engine.records import TopicPartition
+from ktstream.core import LearnerState, TopicPartition
 from ktstream.exceptions import KTStreamError
 from ktstream.state import codec
 from ktstream.state.metrics import StateMetrics

@@ -1,4 +1,4 @@
-"""Durable state for an engine built by ktstream.engine.service.build_engine (``state.dir`` set).
+"""Durable state for an engine built by ktstream.service.build_engine (``state.dir`` set).
 
 ``durable_state(settings, metrics, source, sink, store)`` builds the engine's
 state collaborator (ktstream.state.manager.StateManager) over ``store`` (by
@@ -17,8 +17,8 @@ committed transaction, ``acked``: (topic, partition) -> offset after its last ac
 from __future__ import annotations
 
 from ktstream.config import Settings
-from ktstream.engine.records import TopicPartition
-from ktstream.metrics import EngineMetrics
+from ktstream.core import TopicPartition
+from ktstream.engine.metrics import EngineMetrics
 from ktstream.state.changelog import changelog_topic
 from ktstream.state.manager import AckingSink, StateManager
 from ktstream.state.metrics import StateMetrics

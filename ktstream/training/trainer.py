@@ -29,8 +29,8 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ktstream.data.histories import Histories, LearnerHistory, collate
-from ktstream.evaluation.metrics import auc
 from ktstream.models.base import KTModel, select_state
+from ktstream.scoring.binary import auc
 from ktstream.training.precision import check_autocast
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ import pytest
 from connectors.kafka import KafkaSink, KafkaSource
 from connectors.kafka.clients import consumer_config, producer_config
 from ktstream.config import KafkaSettings
+from ktstream.core import Output
 from ktstream.engine.exceptions import SinkError
-from ktstream.engine.records import Output
 
 
 def publish(settings, topic, n, learners=10):

@@ -14,8 +14,8 @@ import pytest
 from connectors.kafka import KafkaSource, TransactionalSink
 from connectors.kafka.committed import read_partition
 from ktstream.config import StateSettings
+from ktstream.core import Output
 from ktstream.engine.exceptions import CommitError
-from ktstream.engine.records import Output
 from tests.connectors_kafka.test_kafka_source_sink import consume, publish
 
 pytestmark = pytest.mark.broker

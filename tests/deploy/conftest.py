@@ -1,6 +1,6 @@
 """Fixtures for the deployment checks: a live /metrics scrape of the engine and of the trainer.
 
-The scrape runs the real engine (``ktstream.engine.service.Service``, HTTP
+The scrape runs the real engine (``ktstream.service.Service``, HTTP
 server included, port 0) over an in-memory source holding a small simulated
 stream plus a malformed record, so every series the engine exports has samples;
 and the trainer's registry (``ktstream.finetune.metrics.FinetuneMetrics``)
@@ -20,8 +20,8 @@ from prometheus_client import start_http_server
 
 
 def _engine_records(topic: str):
+    from ktstream.core import Record
     from ktstream.data.simulate import simulate
-    from ktstream.engine.records import Record
     from ktstream.engine.replay import replay_order
 
     events = replay_order(simulate(n_learners=12, mean_length=12, seed=3, start_spread_ms=60_000))
@@ -39,12 +39,12 @@ def live_series():
     """{"engine": samples, "trainer": samples, "health": {path: status}} from live HTTP scrapes."""
     from ktstream.config import load_settings
     from ktstream.data.histories import build_vocabularies
-    from ktstream.engine.bootstrap import ServingModel
     from ktstream.engine.records import MemorySink, MemorySource
-    from ktstream.engine.service import Service
     from ktstream.finetune.metrics import FinetuneMetrics
     from ktstream.finetune.scheduler import CycleResult
     from ktstream.models import create, family
+    from ktstream.models.checkpoint import ServingModel
+    from ktstream.service import Service
 
     # gc_tuning off: the engine would take over the garbage collector of the whole (pytest) process
     settings = load_settings(None, metrics={"host": "127.0.0.1", "port": 0}, engine={"gc_tuning": False})

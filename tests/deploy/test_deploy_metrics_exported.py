@@ -84,9 +84,9 @@ def test_health_endpoints_answer_for_the_probes(live_series):
 
 
 def test_engine_series_list_is_exported(live_series):
-    """ktstream.metrics.SERIES (the documented list) appears in the live scrape, under some sample name."""
+    """ktstream.engine.metrics.SERIES (the documented list) appears in the live scrape, under some sample name."""
+    from ktstream.engine.metrics import SERIES
     from ktstream.finetune.metrics import SERIES as TRAINER_SERIES
-    from ktstream.metrics import SERIES
 
     def present(name: str, samples) -> bool:
         return any(s == name or s.startswith(name + "_") or s == name + "_total" for s in samples)

@@ -18,11 +18,11 @@ import pytest
 import torch
 
 from ktstream.config import load_settings
-from ktstream.engine.bootstrap import ServingModel
-from ktstream.engine.records import Output
-from ktstream.engine.service import Service
-from ktstream.metrics import SERIES
+from ktstream.core import Output
+from ktstream.engine.metrics import SERIES
+from ktstream.models.checkpoint import ServingModel
 from ktstream.schema import DeadLetter, Prediction
+from ktstream.service import Service
 
 pytestmark = pytest.mark.broker
 PARTITIONS = 4

@@ -20,12 +20,12 @@ import uuid
 import pytest
 import torch
 
+from ktstream.cli.serve import load_model
 from ktstream.config import load_settings
-from ktstream.engine.bootstrap import load_model
-from ktstream.engine.records import Output
-from ktstream.engine.service import Service
+from ktstream.core import Output
 from ktstream.finetune.registry import ModelRegistry
 from ktstream.schema import Prediction
+from ktstream.service import Service
 
 pytestmark = pytest.mark.broker
 PARTITIONS = 3

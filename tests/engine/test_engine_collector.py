@@ -11,8 +11,8 @@ import weakref
 
 import pytest
 
+from ktstream.core import LearnerState
 from ktstream.engine.collector import PROMOTE_EVERY, BatchCollector
-from ktstream.engine.learner import LearnerState
 
 
 class Cycle:

@@ -9,14 +9,13 @@ import math
 import pytest
 import torch
 
+from ktstream.core import LearnerState, Record
 from ktstream.data.histories import NO_RESPONSE
 from ktstream.data.vocab import UNKNOWN, Vocabulary
 from ktstream.engine.batcher import Planned, plan
 from ktstream.engine.decode import decode
-from ktstream.engine.learner import LearnerState
-from ktstream.engine.records import Record
-from ktstream.serving.runner import ModelRunner
 from ktstream.models import create
+from ktstream.serving.runner import ModelRunner
 
 
 def ev(lid, offset, t=None, partition=0):

@@ -6,8 +6,8 @@ import re
 from pathlib import Path
 
 from ktstream.engine.collector import BatchCollector
+from ktstream.engine.metrics import SERIES
 from ktstream.engine.replay import Retimer, replay_order
-from ktstream.metrics import SERIES
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 import torch
 
+from ktstream.core import OVERHEAD_BYTES, LearnerState, str_nbytes
 from ktstream.data.histories import Interactions
 from ktstream.engine.exceptions import SinkError
-from ktstream.engine.learner import OVERHEAD_BYTES, LearnerState, str_nbytes
 from ktstream.engine.records import MemorySink
 from ktstream.engine.state_cache import StateCache
 from ktstream.models import create

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from ktstream.engine.processor import Processor
-from ktstream.serving.runner import ModelRunner
 from ktstream.engine.state_cache import StateCache
+from ktstream.serving.runner import ModelRunner
 from ktstream.state.codec import decode, encode
 
 
@@ -158,7 +158,7 @@ def test_a_stale_state_from_the_store_is_rebuilt_on_its_next_event(kit):
 
 
 def test_raw_window_keeps_at_least_the_last_interactions_and_stays_bounded():
-    from ktstream.engine.learner import LearnerState, WindowRecord
+    from ktstream.core import LearnerState, WindowRecord
 
     st = LearnerState("u", {}, "v")
     for i in range(500):

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
+from ktstream.core import Record
 from ktstream.engine.decode import Decoded, Rejected, decode
-from ktstream.engine.records import Record
 from ktstream.schema import MAX_ATTRIBUTES_BYTES, MAX_CONCEPTS, MAX_ID_BYTES, MAX_INT64, DeadLetter, Prediction
 
 GOOD = {"event_id": "e1", "learner_id": "u1", "item_id": "q1", "response": 1, "event_time": 1_700_000_000_000}

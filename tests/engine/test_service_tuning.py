@@ -13,7 +13,7 @@ import pytest
 
 PROBE = textwrap.dedent("""
     import json, sys, torch
-    from ktstream.engine.service import tune_malloc
+    from ktstream.service import tune_malloc
 
     def heap() -> tuple[int, int]:
         for line in open("/proc/self/maps"):

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
-from ktstream.evaluation.protocols import benchmark, coin_flip_labels, prequential_time
+from ktstream.evaluation.protocols import benchmark, prequential_time
 from ktstream.exceptions import LeakageError
+from ktstream.leakage.random_labels import coin_flip_labels
 from ktstream.training.trainer import TrainConfig
 
 CFG = TrainConfig(epochs=2, batch_tokens=240, lr=1e-2, progress=False)  # 8 learners of 30

@@ -22,7 +22,7 @@ import zlib
 from collections import Counter
 from typing import Any, Iterable, NamedTuple
 
-from ktstream.engine.records import Record
+from ktstream.core import Record
 from ktstream.schema import MAX_CONCEPTS, MAX_ID_BYTES, MAX_INT64
 
 DAY_MS = 86_400_000

@@ -16,12 +16,12 @@ import logging
 import pytest
 import torch
 
+from ktstream.cli.serve import load_model
 from ktstream.config import load_settings
 from ktstream.engine import MemorySink, MemorySource
-from ktstream.engine.bootstrap import ServingModel, load_model
-from ktstream.engine.service import build_engine
 from ktstream.finetune.registry import ModelRegistry
-from ktstream.models.checkpoint import CONFIG, WEIGHTS, save_checkpoint
+from ktstream.models.checkpoint import CONFIG, WEIGHTS, ServingModel, save_checkpoint
+from ktstream.service import build_engine
 from tests.state.test_store_engine import setup
 
 
@@ -104,7 +104,7 @@ def test_bad_registry_version_at_restart_serves_the_newest_good_one(world, tmp_p
     registry.publish(good.model, good.items, good.concepts, {"note": "good"})
     bad = publish_bad(registry, good, fault)
     settings = settings_for(tmp_path)
-    with caplog.at_level(logging.ERROR, logger="ktstream.engine.bootstrap"):
+    with caplog.at_level(logging.ERROR, logger="ktstream.cli.serve"):
         serving = load_model(settings.model)
     assert serving.version == "v000001"
     assert any(bad in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR), "said loudly"
@@ -126,7 +126,7 @@ def test_bad_registry_versions_only_fall_back_to_the_configured_checkpoint(world
     publish_bad(registry, good, "truncated-weights")
     publish_bad(registry, good, "unknown-family")
     checkpoint = save_checkpoint(tmp_path / "checkpoint", good.model, good.items, good.concepts, "ckpt-1")
-    with caplog.at_level(logging.ERROR, logger="ktstream.engine.bootstrap"):
+    with caplog.at_level(logging.ERROR, logger="ktstream.cli.serve"):
         serving = load_model(settings_for(tmp_path, checkpoint=str(checkpoint)).model)
     assert serving.version == "ckpt-1"
     logged = " ".join(r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)

@@ -15,14 +15,13 @@ import sys
 import pytest
 import torch
 
+from ktstream.core import Record, memory_nbytes
 from ktstream.data.vocab import Vocabulary
 from ktstream.engine import MemorySink, MemorySource, StateCache
 from ktstream.engine.engine import Engine
-from ktstream.engine.learner import memory_nbytes
 from ktstream.engine.processor import Processor
-from ktstream.engine.records import Record
-from ktstream.serving.runner import ModelRunner
 from ktstream.models import create, family
+from ktstream.serving.runner import ModelRunner
 
 
 def events(n_learners, n_events, n_concepts, chars, shared):

@@ -16,10 +16,10 @@ import json
 import pytest
 import torch
 
-from connectors.state_chaos import reference as uninterrupted
+from tests.support.state_chaos import reference as uninterrupted
 from ktstream.config import load_settings
-from ktstream.engine.bootstrap import ServingModel
-from ktstream.engine.service import build_engine
+from ktstream.models.checkpoint import ServingModel
+from ktstream.service import build_engine
 from ktstream.state import SqliteStore
 from ktstream.state.sqlite import partition_path
 from tests.state.test_store_engine import setup

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pytest
 
-from ktstream.engine.bootstrap import ServingModel
+from ktstream.models.checkpoint import ServingModel
 from ktstream.state import SqliteStore
 from ktstream.state.store import StoreError
 from tests.faults.test_corrupt_store import Broker, assert_exact, committed, engine_over, finish

@@ -16,15 +16,16 @@ from collections import Counter
 import pytest
 import torch
 
-from connectors.archive import ArchiveSettings, Archiver, ArchiveWriter
+from connectors.archive import Archiver, ArchiveSettings, ArchiveWriter
+from ktstream.core import Record
 from ktstream.data.archive_reader import archive_files
 from ktstream.data.eventlog import iter_parquet
 from ktstream.data.vocab import Vocabulary
-from ktstream.engine import MemorySink, MemorySource, Record, StateCache
+from ktstream.engine import MemorySink, MemorySource, StateCache
 from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
-from ktstream.serving.runner import ModelRunner
 from ktstream.models import create, family
+from ktstream.serving.runner import ModelRunner
 from tests.faults.hostile import CASES, CONCEPTS, ITEMS, MAX_RECORD_BYTES, accounting, as_records, hostile_corpus
 
 EVENTS, PREDICTIONS, DEAD = "h.events", "h.predictions", "h.dead"

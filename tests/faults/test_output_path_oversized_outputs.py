@@ -22,12 +22,12 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 import connectors.kafka.sink as sink_module
 from connectors.kafka import KafkaSink
-from connectors.state_chaos import reference as uninterrupted
+from tests.support.state_chaos import reference as uninterrupted
 from ktstream.config import KafkaSettings, load_settings
-from ktstream.engine.bootstrap import ServingModel
+from ktstream.core import Record
 from ktstream.engine.exceptions import SinkError
-from ktstream.engine.records import Record
-from ktstream.engine.service import build_engine
+from ktstream.models.checkpoint import ServingModel
+from ktstream.service import build_engine
 from ktstream.state import MemoryStore
 from ktstream.state.changelog import changelog_topic
 from tests.state.test_store_engine import PARTS, setup
@@ -283,7 +283,7 @@ def test_a_failed_send_leaves_nothing_pending(monkeypatch):
     broker = Broker([])
     monkeypatch.setattr(sink_module, "KafkaProducer", lambda **cfg: Producer(broker, **cfg))
     sink = KafkaSink(KafkaSettings(), max_request_size=4096)
-    from ktstream.engine.records import Output
+    from ktstream.core import Output
 
     with pytest.raises(SinkError):
         sink.send([Output("pred", b"a", b"1"), Output("pred", b"a", b"2"), Output("pred", b"a", b"x" * 5000)])

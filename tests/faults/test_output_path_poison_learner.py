@@ -14,9 +14,9 @@ from collections import Counter
 import pytest
 import torch
 
-from ktstream.engine.bootstrap import ServingModel
+from ktstream.core import window_nbytes
 from ktstream.engine.exceptions import EngineError, SinkError
-from ktstream.engine.learner import window_nbytes
+from ktstream.models.checkpoint import ServingModel
 from tests.faults.test_output_path_oversized_outputs import (CL, PARTS, Broker, assert_each_offset_once,
                                                               assert_states_equal, drain, setup, start,
                                                               uninterrupted, with_learner)

@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from ktstream.config import StateSettings
+from ktstream.core import LearnerState
 from ktstream.engine import StateCache
 from ktstream.engine.engine import Engine
 from ktstream.engine.exceptions import EngineError
+from ktstream.engine.metrics import EngineMetrics
 from ktstream.engine.processor import Processor
-from ktstream.engine.learner import LearnerState
 from ktstream.serving.runner import ModelRunner
-from ktstream.metrics import EngineMetrics
 from ktstream.state import MemoryStore
 from ktstream.state.changelog import changelog_topic, restore, to_changelog
 from ktstream.state.manager import RestoreError, StateManager
@@ -61,7 +61,7 @@ def test_equal_source_offset_newer_generation_wins():
         st = LearnerState("a", {"h": torch.full((1, 2), value)}, "v", ("ev", 0), last_offset=7)
         return to_changelog(st, "cl", generation)
 
-    from ktstream.engine.records import Record
+    from ktstream.core import Record
     newer, late = state(2.0, generation=4), state(1.0, generation=3)  # the old owner's write lands last
     log = [Record("cl", 0, i, o.key, o.value) for i, o in enumerate([newer, late])]
     store = MemoryStore()

@@ -19,8 +19,8 @@ from connectors.kafka import admin
 from connectors.kafka.admin import AdminError
 from ktstream.cli.serve import create_changelog
 from ktstream.config import KafkaSettings, load_settings
+from ktstream.engine.metrics import EngineMetrics
 from ktstream.exceptions import ConfigError
-from ktstream.metrics import EngineMetrics
 
 
 class FakeKafka:

@@ -21,12 +21,12 @@ import torch
 
 import connectors.kafka.sink as sink_module
 from connectors.kafka.transactional import TransactionalSink
-from connectors.state_chaos import reference as uninterrupted
+from tests.support.state_chaos import reference as uninterrupted
 from ktstream.config import KafkaSettings, StateSettings, load_settings
-from ktstream.engine.bootstrap import ServingModel
+from ktstream.core import Record
 from ktstream.engine.exceptions import CommitOutcomeUnknownError
-from ktstream.engine.records import Record
-from ktstream.engine.service import build_engine
+from ktstream.models.checkpoint import ServingModel
+from ktstream.service import build_engine
 from ktstream.state import MemoryStore
 from ktstream.state.changelog import changelog_topic
 from tests.state.test_store_engine import PARTS, setup

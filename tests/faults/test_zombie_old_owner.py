@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import json
 
-from connectors.state_chaos import reference
+from tests.support.state_chaos import reference
+from ktstream.core import Record
 from ktstream.engine import StateCache
-from ktstream.engine.bootstrap import ServingModel
 from ktstream.engine.engine import Engine
 from ktstream.engine.exceptions import CommitError
 from ktstream.engine.processor import Processor
-from ktstream.engine.records import Record
+from ktstream.models.checkpoint import ServingModel
 from ktstream.serving.runner import ModelRunner
 from ktstream.state import MemoryStore
 from ktstream.state.changelog import changelog_meta, changelog_topic

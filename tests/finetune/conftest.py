@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from ktstream.data.simulate import simulate
-from ktstream.finetune import FinetuneConfig, PromotionConfig
+from ktstream.finetune.finetune import FinetuneConfig
+from ktstream.finetune.promotion import PromotionConfig
 from ktstream.leakage import GateConfig
 
 DAY_MS = 86_400_000

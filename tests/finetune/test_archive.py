@@ -9,11 +9,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from connectors import archive as archive_module
-from connectors.archive import ArchiveSettings, Archiver, ArchiveWriter, kafka_archiver
+from connectors.archive import Archiver, ArchiveSettings, ArchiveWriter, kafka_archiver
+from ktstream.core import Record
 from ktstream.data.archive_reader import archive_files, archive_summary, read_archive
 from ktstream.data.eventlog import PARQUET_SCHEMA
 from ktstream.data.simulate import simulate
-from ktstream.engine.records import MemorySink, MemorySource, Record
+from ktstream.engine.records import MemorySink, MemorySource
 from ktstream.schema import DeadLetter
 
 DAY_MS = 86_400_000
@@ -144,7 +145,7 @@ def test_archive_from_the_embedded_broker(tmp_path):
     broker_mod = pytest.importorskip("connectors.broker")
     from connectors.kafka import KafkaSink
     from ktstream.config import KafkaSettings
-    from ktstream.engine.records import Output
+    from ktstream.core import Output
 
     recs = events(4)
     with broker_mod.EmbeddedBroker() as broker:

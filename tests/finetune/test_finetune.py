@@ -6,9 +6,11 @@ import json
 
 import torch
 
-from ktstream.finetune import build_replay, fine_tune
+from ktstream.finetune.finetune import fine_tune
+
 from ktstream.finetune import finetune as finetune_module
 from ktstream.finetune.finetune import autocast_mode
+from ktstream.finetune.replay import build_replay
 from ktstream.training.trainer import resolve_device
 from tests.finetune.conftest import TINY_DKT, tiny_finetune
 

@@ -14,9 +14,9 @@ import torch
 
 from ktstream.data.histories import encode
 from ktstream.exceptions import LeakageError
-from ktstream.finetune import assert_before, build_replay, fine_tune
 from ktstream.finetune import replay as replay_module
-from ktstream.finetune.finetune import initial_model, segments
+from ktstream.finetune.finetune import fine_tune, initial_model, segments
+from ktstream.finetune.replay import assert_before, build_replay
 from ktstream.training.trainer import fit
 from tests.finetune.conftest import TINY_DKT, tiny_finetune
 

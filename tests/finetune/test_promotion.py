@@ -12,11 +12,14 @@ import torch.nn.functional as F
 
 from ktstream.data.simulate import simulate
 from ktstream.data.vocab import UNKNOWN, Vocabulary
-from ktstream.finetune import ModelRegistry, build_replay, fine_tune, judge, paired_bootstrap, promote_or_reject
-from ktstream.finetune.promotion import reencode
+from ktstream.finetune.bootstrap import paired_bootstrap
+from ktstream.finetune.finetune import fine_tune
+from ktstream.finetune.promotion import judge, promote_or_reject, reencode
+from ktstream.finetune.registry import ModelRegistry
+from ktstream.finetune.replay import build_replay
+from ktstream.leakage import ALL_CHECKS
 from ktstream.models import create
 from ktstream.models.dkt import DKT
-from ktstream.leakage import ALL_CHECKS
 from tests.finetune.conftest import DAY_MS, TINY_DKT, fast_gate, fast_promotion, tiny_finetune
 
 # where the comparison, not the gate, is under test: every check but the costly random-label training

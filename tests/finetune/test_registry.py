@@ -10,8 +10,10 @@ import pytest
 import torch
 
 from ktstream.data.vocab import Vocabulary
-from ktstream.finetune import ModelRegistry, RegistryError, RegistryWatcher
 from ktstream.finetune import registry as registry_module
+from ktstream.finetune.exceptions import RegistryError
+from ktstream.finetune.registry import ModelRegistry
+from ktstream.finetune.watcher import RegistryWatcher
 from ktstream.models import create
 
 ITEMS, CONCEPTS = Vocabulary(["q1", "q2", "q3"]), Vocabulary(["c1", "c2"])

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ktstream.data.vocab import UNKNOWN, Vocabulary
-from ktstream.finetune import FinetuneError, build_replay
-from ktstream.finetune.replay import window_only
+from ktstream.finetune.exceptions import FinetuneError
+from ktstream.finetune.replay import build_replay, window_only
 
 
 def test_windows_are_cut_by_event_time(stream):

@@ -11,8 +11,9 @@ import yaml
 from connectors.archive import ArchiveWriter
 from ktstream.cli.main import main
 from ktstream.data.simulate import simulate
-from ktstream.finetune import ModelRegistry, Trainer
 from ktstream.finetune.metrics import SERIES, FinetuneMetrics
+from ktstream.finetune.registry import ModelRegistry
+from ktstream.finetune.scheduler import Trainer
 from ktstream.finetune.settings import TrainerSettings
 from ktstream.leakage import ALL_CHECKS
 from tests.finetune.conftest import DAY_MS, TINY_DKT, fast_gate, fast_promotion, tiny_finetune

@@ -8,7 +8,8 @@ import torch
 
 from ktstream.data.histories import collate
 from ktstream.data.vocab import UNKNOWN
-from ktstream.finetune import FinetuneError, warm_start
+from ktstream.finetune.exceptions import FinetuneError
+from ktstream.finetune.warmstart import warm_start
 from ktstream.models import create, family, names
 
 

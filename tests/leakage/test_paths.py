@@ -90,7 +90,7 @@ def test_windows_that_begin_inside_a_step_are_named(stepped, monkeypatch):
 
 
 def test_an_engine_that_predicts_a_step_from_the_current_state_is_named(stepped, monkeypatch):
-    from ktstream.engine.learner import LearnerState
+    from ktstream.core import LearnerState
 
     model = _model("dkt")
     monkeypatch.setattr(LearnerState, "query_state", lambda self, key: self.state)  # step start forgotten

@@ -13,13 +13,13 @@ import torch.nn.functional as F
 
 from ktstream.data.histories import build_vocabularies, encode
 from ktstream.data.simulate import simulate
-from ktstream.evaluation.metrics import auc
 from ktstream.leakage import GateConfig, GateData, null_bound, run_gate
 from ktstream.leakage.protocol import split_disjoint, vocab_from_train, windowed_after_split
 from ktstream.leakage.selection import one_prediction_per_interaction, selection_on_valid
 from ktstream.leakage.short_history import short_history_check
 from ktstream.models import create
 from ktstream.models.base import KTModel
+from ktstream.scoring.binary import auc
 from ktstream.training.trainer import TrainConfig, fit
 
 CFG = GateConfig()

@@ -16,9 +16,7 @@ from ktstream.data.histories import collate
 from ktstream.models import create, family, kvcache
 from ktstream.models.attention import SOFTMAX_MIN_COLUMNS, HeadRouter, WindowAttention, softmax_of_columns
 from ktstream.models.serving import replay
-from ktstream.serving import StackBuffer, WindowState, layout_for, stack_states
-from ktstream.serving import arena as arena_module
-from ktstream.serving import window_arena
+from ktstream.serving import StackBuffer, WindowState, arena as arena_module, layout_for, stack_states, window_arena
 
 N_ITEMS, N_CONCEPTS, W = 30, 12, 8
 FAMILIES = ["sakt", "akt", "simplekt"]
@@ -179,7 +177,8 @@ def test_describe_reports_weights_over_the_cached_past(name, make_histories):
 def test_described_for_messages_is_what_messages_carry(name, window, make_histories):
     """predict(describe=True, max_values=64), the engine's call, leaves out only the window-wide entries a
     prediction message would drop anyway (more than 64 numbers per learner): the messages are the same."""
-    from ktstream.engine.messages import MAX_EXTRA_VALUES, describe_rows
+    from ktstream.engine.messages import describe_rows
+    from ktstream.schema import MAX_EXTRA_VALUES
 
     model = build(name, **{**OPTIONS["routing"], "window": window})  # 4 heads: H * W = 32, 160 or 320 numbers
     _, hist = make_histories([window + 3, 2], N_ITEMS, N_CONCEPTS, 2, seed=19, step_prob=0.0)
@@ -449,9 +448,9 @@ def test_blocked_forward_equals_one_block(name, make_histories):
 
 
 def test_explain_heatmap_rows_are_the_served_attention(make_histories, tmp_path):
-    from ktstream.cli.explain import attention_map
     from ktstream.cli.main import main
     from ktstream.data.eventlog import write_events
+    from ktstream.models.serving import attention_map
 
     model = build("akt", **OPTIONS["routing"])
     _, hist = make_histories([3 * W], N_ITEMS, N_CONCEPTS, 2, seed=24, step_prob=0.3)

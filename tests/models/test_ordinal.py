@@ -22,7 +22,7 @@ from connectors.datasets.ordinal import (assistments_category, assistments_ordin
                                         datashop_category, datashop_ordinal_events)
 from connectors.datasets.stats import ConversionStats
 from ktstream.data.histories import group_by_learner
-from ktstream.evaluation.ordinal_metrics import (binary_auc, calibration, ordinal_report, quadratic_weighted_kappa,
+from ktstream.scoring.ordinal import (binary_auc, calibration, ordinal_report, quadratic_weighted_kappa,
                                                  spearman)
 from ktstream.models import create
 from ktstream.models.embeddings import InteractionEmbedding

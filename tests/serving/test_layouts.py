@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from ktstream.engine.learner import memory_nbytes
+from ktstream.core import memory_nbytes
 from ktstream.models import create, family, names
 from ktstream.models.serving import replay
 from ktstream.serving import LAYOUTS, RowState, StackBuffer, layout_for, split_state, stack_states

@@ -19,12 +19,12 @@ import pytest
 from connectors.kafka import KafkaSink, KafkaSource, sink_for
 from connectors.kafka.admin import create_topics
 from connectors.kafka.committed import read_partition
-from connectors.state_chaos import reference
+from tests.support.state_chaos import reference
 from ktstream.cli.serve import create_changelog
 from ktstream.config import load_settings
-from ktstream.engine.bootstrap import ServingModel
-from ktstream.engine.records import Output, Record
-from ktstream.engine.service import build_engine
+from ktstream.core import Output, Record
+from ktstream.models.checkpoint import ServingModel
+from ktstream.service import build_engine
 from ktstream.state import SqliteStore
 from tests.state.test_store_engine import setup
 

@@ -15,10 +15,10 @@ import json
 import pytest
 import torch
 
+from ktstream.core import Record
 from ktstream.engine import StateCache
 from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
-from ktstream.engine.records import Record
 from ktstream.serving.runner import ModelRunner
 from ktstream.state import MemoryStore, SqliteStore
 from ktstream.state.changelog import changelog_topic

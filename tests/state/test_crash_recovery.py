@@ -4,7 +4,7 @@ Small on purpose (3 kills, 3,000 events, 200 learners; exactly-once: 10 kills,
 2,200 events, 150 learners); bench/crash_recovery.py runs the issue's full
 figure. The deadlines are generous (a restart imports torch: on a busy 2-core machine ten restarts took
 four minutes); the runs end as soon as every input offset has its prediction. Properties
-(connectors.state_chaos.check): every input offset has a
+(tests.support.state_chaos.check): every input offset has a
 prediction and nothing else does; repeats are only of the same offset with the
 same probabilities (exactly-once: no repeat at all for a read_committed
 reader); every learner's stored state equals an uninterrupted run's (1e-6).
@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from connectors import state_chaos as chaos
+from tests.support import state_chaos as chaos
 
 pytestmark = pytest.mark.broker
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from ktstream.config import load_settings
-from ktstream.engine.bootstrap import ServingModel
 from ktstream.engine.records import MemorySink, MemorySource
-from ktstream.engine.service import build_engine
+from ktstream.models.checkpoint import ServingModel
+from ktstream.service import build_engine
 from ktstream.state.manager import StateManager
 from ktstream.state.sqlite import SqliteStore
 from tests.state.test_store_engine import setup

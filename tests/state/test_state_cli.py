@@ -8,7 +8,7 @@ import sys
 
 import torch
 
-from ktstream.engine.learner import LearnerState
+from ktstream.core import LearnerState
 from ktstream.state import SqliteStore
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from prometheus_client import CollectorRegistry
 
-from ktstream.engine.learner import LearnerState
+from ktstream.core import LearnerState
 from ktstream.state import MemoryStore
 from ktstream.state.changelog import restore, to_changelog
 from ktstream.state.metrics import StateMetrics
@@ -39,6 +39,6 @@ def test_checkpoints_sizes_and_restores_are_measured():
 
 
 def _rec(out):
-    from ktstream.engine.records import Record
+    from ktstream.core import Record
 
     return Record(out.topic, out.partition, 0, out.key, out.value)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ktstream.engine.learner import LearnerState
+from ktstream.core import LearnerState
 from ktstream.engine.state_cache import StateCache
 from ktstream.state import MemoryStore, SqliteStore
 from ktstream.state.store import StoreError

@@ -8,15 +8,16 @@ import zlib
 import pytest
 import torch
 
+from ktstream.core import Record
 from ktstream.data.histories import build_vocabularies, collate, encode
 from ktstream.data.simulate import simulate
-from ktstream.engine import MemorySink, MemorySource, Record, StateCache
+from ktstream.engine import MemorySink, MemorySource, StateCache
 from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
 from ktstream.engine.replay import replay_order
-from ktstream.serving.runner import ModelRunner
 from ktstream.models import create, family
 from ktstream.models.serving import replay
+from ktstream.serving.runner import ModelRunner
 from ktstream.state import MemoryStore, SqliteStore
 
 PARTS = 3

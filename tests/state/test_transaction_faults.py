@@ -21,12 +21,12 @@ import json
 import pytest
 import torch
 
-from connectors.state_chaos import reference as uninterrupted
+from tests.support.state_chaos import reference as uninterrupted
 from ktstream.config import load_settings
-from ktstream.engine.bootstrap import ServingModel
+from ktstream.core import Record
 from ktstream.engine.exceptions import CommitError, SinkError
-from ktstream.engine.records import Record
-from ktstream.engine.service import build_engine
+from ktstream.models.checkpoint import ServingModel
+from ktstream.service import build_engine
 from ktstream.state import SqliteStore
 from ktstream.state.changelog import changelog_topic
 from tests.state.test_commit_faults import Source as AtLeastOnceSource

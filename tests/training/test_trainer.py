@@ -7,10 +7,10 @@ import torch
 from ktstream.data.histories import NO_RESPONSE, LearnerHistory, collate
 from ktstream.models import create, family, names
 from ktstream.models.serving import replay
+from ktstream.scoring.binary import auc
 from ktstream.training import precision
 from ktstream.training.precision import supports_autocast
 from ktstream.training.trainer import TrainConfig, fit, forward_windows, predict_histories, score
-from ktstream.evaluation.metrics import auc
 from tests.conftest import random_learner
 
 

@@ -1,5 +1,8 @@
 """The engine as a service: built from settings, with its HTTP endpoints, stoppable from a signal.
 
+It sits above the engine, durable state (ktstream.state) and the model registry
+(ktstream.finetune.registry, read only): it is where they are put together.
+
 ``Service`` wires a source and a sink (connectors/, chosen by the caller), the
 serving model, the state cache, the metrics and the HTTP server together, and
 runs the engine loop on the calling thread (``run``) or a background thread
@@ -12,23 +15,24 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import threading
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import torch
 
 from ktstream.config import EngineSettings, Settings
-from ktstream.engine.bootstrap import ServingModel
 from ktstream.engine.collector import BatchCollector
 from ktstream.engine.engine import Engine
+from ktstream.engine.metrics import EngineMetrics
 from ktstream.engine.processor import Processor
 from ktstream.engine.records import Sink, Source
-from ktstream.serving.runner import ModelRunner
 from ktstream.engine.server import MetricsServer
 from ktstream.engine.state_cache import StateCache
-from ktstream.metrics import EngineMetrics
-
-if TYPE_CHECKING:  # ktstream.state sits above the engine: imported when durable state is built
-    from ktstream.state.store import Store
+from ktstream.finetune.registry import ModelRegistry
+from ktstream.finetune.watcher import RegistryWatcher
+from ktstream.models.checkpoint import ServingModel
+from ktstream.serving.runner import ModelRunner
+from ktstream.state.store import Store
+from ktstream.state.wiring import durable_state
 
 
 def build_engine(settings: Settings, serving: ServingModel, source: Source, sink: Sink,
@@ -41,8 +45,6 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
     metrics = EngineMetrics(m.quality_window, m.calibration_bins)
     state = None
     if settings.state.dir is not None or store is not None:
-        from ktstream.state.wiring import durable_state
-
         state = durable_state(settings, metrics, source, sink, store)
     processor = Processor(runner, StateCache(e.cache_max_bytes, state), k.topics.predictions,
                           k.topics.dead_letters, e.late_policy, e.max_record_bytes, e.rebuild_window,
@@ -51,9 +53,6 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
                     rebuild_chunk=e.rebuild_chunk, collector=collector_for(e),
                     max_output_bytes=e.max_output_record_bytes, max_batch_retries=e.max_batch_retries, state=state)
     if settings.model.registry is not None:  # hot swap: newly promoted versions are served between micro-batches
-        from ktstream.finetune.registry import ModelRegistry
-        from ktstream.finetune.watcher import RegistryWatcher
-
         registry = ModelRegistry(settings.model.registry, read_only=True)
         engine.watch(RegistryWatcher(registry, engine.swap, current=serving.version,
                                      interval_s=settings.model.registry_poll_s,

@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import brier_score_loss, log_loss as sk_log_loss, roc_auc_score
 
-from ktstream.evaluation.metrics import auc, log_loss, null_auc_bound, summarize
+from ktstream.scoring.binary import auc, log_loss, null_auc_bound, summarize
 
 
 @pytest.mark.parametrize("seed", range(5))

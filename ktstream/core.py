@@ -1,6 +1,16 @@
-"""Per-learner state as the engine keeps it: model state tensors plus bookkeeping.
+"""The core types every layer shares: records in, outputs out, and a learner's state in between.
 
-Besides the model's state (leading dim 1) a learner keeps
+A source hands the engine ``Record`` objects and a sink takes ``Output`` objects
+(the engine's ports, ktstream.engine.records); ``step_key`` groups a learner's
+interactions into steps (the training data and the serving path use the same
+one); ``LearnerState`` is what the engine, the serving layer and the state
+stores keep per learner. This module imports nothing from ktstream, so any
+layer may import it (pyproject.toml's import-linter contracts check that).
+
+Offsets follow Kafka's convention: a committed offset is the *next* offset to
+read, so committing ``{("events", 0): 42}`` means records 0..41 are done.
+
+Per-learner state: besides the model's state (leading dim 1) a learner keeps
 
 - the *open step*: its key (step id or event time) and, once a member of the
   step has been applied, the model state at the step's start, so a later
@@ -23,11 +33,41 @@ A ``LearnerState`` held by the cache is never mutated: the engine works on a
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ktstream.engine.records import TopicPartition
-from ktstream.models.base import State
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One input record as the broker delivered it (value is the raw bytes)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp_ms: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    tp: TopicPartition = field(init=False, repr=False, compare=False)  # (topic, partition), made once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tp", (self.topic, self.partition))
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    """One message for the sink: topic, key (learner id, bytes) and value; ``partition`` None lets the
+    sink's partitioner choose (by key), a number sends it there; ``headers`` go with it (a changelog
+    record names its source in both, ktstream.state.changelog)."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    partition: int | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
 
 #: Rough cost of the Python objects around the tensors (dataclass, cache entries); the id strings
 #: are counted with ``str_nbytes``.
@@ -84,7 +124,7 @@ def window_nbytes(window: tuple[WindowRecord, ...]) -> int:
     return sum(map(record_nbytes, window))
 
 
-def memory_nbytes(*states: State | None) -> int:
+def memory_nbytes(*states: Any) -> int:
     """Bytes of memory the states hold, each piece once. A state that is not a dict lives in memory
     the serving layer holds for many learners (ktstream.serving.arena: a row) and tells its ``nbytes``
     (the whole row, an attention cache's spare slots included; often shared with the state at the
@@ -101,11 +141,11 @@ def memory_nbytes(*states: State | None) -> int:
 @dataclass(slots=True)
 class LearnerState:
     learner_id: str
-    state: State
+    state: Any  # the model's state (ktstream.models.base.State) or a serving-layer row
     model_version: str
     partition: TopicPartition | None = None
     step_key: tuple[str, Any] | None = None
-    step_state: State | None = None  # model state at the open step's start, once it differs
+    step_state: Any = None  # model state at the open step's start, once it differs
     last_event_time_ms: int | None = None
     last_event_id: str | None = None
     last_offset: int = -1
@@ -171,13 +211,13 @@ class LearnerState:
             w = w[cut:]
         self.window, self.window_bytes = w, size
 
-    def query_state(self, key: tuple[str, Any] | None) -> State:
+    def query_state(self, key: tuple[str, Any] | None) -> Any:
         """State to predict an interaction with step key ``key`` from; opens a new step if needed."""
         if key is None or key != self.step_key:
             self.step_key, self.step_state = key, None
         return self.step_state if self.step_state is not None else self.state
 
-    def applied(self, new_state: State | None, partition: TopicPartition, offset: int,
+    def applied(self, new_state: Any, partition: TopicPartition, offset: int,
                 event_id: str, event_time_ms: int | None, late: bool) -> None:
         """Record an applied event; ``new_state`` is None for a prediction-only event."""
         if new_state is not None:

@@ -1,7 +1,7 @@
 """A crash-recovery harness: the stateful engine as a subprocess, killed with SIGKILL at random moments.
 
-It lives in connectors/ because it drives Kafka clients directly.
-Used by tests/state/test_crash_recovery.py (small) and bench/crash_recovery.py
+A test harness, not part of the installed package: used by
+tests/state/test_crash_recovery.py (small) and bench/crash_recovery.py
 (the issue's figure). ``run`` publishes a simulated stream at a steady pace,
 starts ``ktstream serve`` with ``state.dir`` set (at-least-once, or exactly-once
 with ``guarantee="exactly-once"``), kills it (by its own pid) at random moments
@@ -33,16 +33,16 @@ from kafka import KafkaConsumer, TopicPartition
 from connectors.kafka import KafkaSink
 from connectors.kafka.committed import read_partition
 from ktstream.config import KafkaSettings, load_settings
+from ktstream.core import Output
 from ktstream.data.histories import build_vocabularies
 from ktstream.data.simulate import simulate
 from ktstream.engine import MemorySink, MemorySource, StateCache
-from ktstream.engine.bootstrap import ServingModel
 from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
-from ktstream.engine.records import Output
 from ktstream.engine.replay import replay_order
-from ktstream.serving.runner import ModelRunner
 from ktstream.models import create, family
+from ktstream.models.checkpoint import ServingModel
+from ktstream.serving.runner import ModelRunner
 from ktstream.state.sqlite import SqliteStore
 
 

@@ -1,0 +1,1 @@
+"""Harnesses the tests and benches share; not part of the installed package."""

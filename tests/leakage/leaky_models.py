@@ -58,7 +58,11 @@ class Recompute(KTModel):
                 "responses": z - 1, "times": torch.full((batch_size, CAPACITY), float("nan"), dtype=torch.float64),
                 "length": torch.zeros(batch_size, dtype=torch.long)}
 
-    def predict(self, state: State, query: Interactions) -> torch.Tensor:
+    def predict(self, state: State, query: Interactions, describe: bool = False, max_values: int | None = None):
+        probs = self._predict(state, query)
+        return (probs, {}) if describe else probs
+
+    def _predict(self, state: State, query: Interactions) -> torch.Tensor:
         B, n = len(query), state["length"]
         T = int(n.max()) + 1
         rows = torch.arange(B)

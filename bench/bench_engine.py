@@ -71,7 +71,7 @@ from ktstream.models.checkpoint import ServingModel  # noqa: E402
 from ktstream.engine.decode import Decoded, decode  # noqa: E402
 from ktstream.engine.engine import Engine  # noqa: E402
 from ktstream.engine.messages import dead_letter, now_ms  # noqa: E402
-from ktstream.engine.processor import Batch  # noqa: E402
+from ktstream.engine.processor import Batch, output_nbytes  # noqa: E402
 from ktstream.core import Output  # noqa: E402
 from ktstream.engine.replay import publish, replay_order  # noqa: E402
 from ktstream.service import build_engine, collector_for, tune_process  # noqa: E402
@@ -111,6 +111,11 @@ class Passthrough:
             if d.event_time_ms is not None:
                 batch.end_to_end_ms.append(produced - d.event_time_ms)
         return batch
+
+    def drop_oversized(self, batch: Batch, limit: int) -> int:
+        """The engine's size check on every output; passthrough's outputs are small, so none is dropped."""
+        assert all(output_nbytes(o) <= limit for o in batch.outputs), "passthrough made an oversized output"
+        return 0
 
 
 def model_config(cfg: str, s):

@@ -78,10 +78,13 @@ def check_id(value: str, what: str, min_bytes: int = 1) -> str:
     Traceback (most recent call last):
     ValueError: item_id must be 1..256 bytes of UTF-8, got 258
     """
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{what} is not valid Unicode text: {exc.reason}") from None
+    if value.isascii():  # a flag on the string: one byte per character, nothing to encode
+        size = len(value)
+    else:
+        try:
+            size = len(value.encode("utf-8"))
+        except UnicodeEncodeError as exc:
+            raise ValueError(f"{what} is not valid Unicode text: {exc.reason}") from None
     if not min_bytes <= size <= MAX_ID_BYTES:
         raise ValueError(f"{what} must be {min_bytes}..{MAX_ID_BYTES} bytes of UTF-8, got {size}")
     return value
@@ -144,7 +147,7 @@ class Event(BaseModel):
     @field_validator("event_time")
     @classmethod
     def _aware_and_in_range(cls, v: datetime | None) -> datetime | None:
-        if v is not None:
+        if v is not None and v.tzinfo is not timezone.utc:  # a UTC datetime is within 1..9999 already
             _epoch_ms(v)
             try:
                 v.astimezone(timezone.utc)

@@ -92,6 +92,8 @@ class MetricsServer:
             self._selector.register(conn, selectors.EVENT_READ)
 
     def _read(self, conn: socket.socket) -> None:
+        if conn not in self._heads:  # dropped earlier in this select round (made room for a newer one)
+            return
         try:
             data = conn.recv(4096)
         except (BlockingIOError, InterruptedError):

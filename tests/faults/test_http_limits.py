@@ -71,3 +71,23 @@ def test_http_limits_answer_bad_requests_plainly(server):
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as c:
         c.sendall(b"GET /" + b"x" * 10_000)
         assert c.recv(1024).startswith(b"HTTP/1.0 431 ")
+
+
+def test_http_limits_a_connection_dropped_for_room_is_not_read_again(server):
+    """One select round can report a connection readable after an accept in the same round dropped it
+    (the oldest makes room): reading it then is a no-op. It was an error that ended the server's thread
+    (recv on the closed socket, then unregistering an invalid file descriptor), and /healthz with it."""
+    (client,) = idle_clients(server.port, 1)
+    with client:
+        for _ in range(500):  # until the server thread has accepted it (at most 5 s)
+            if server._heads:
+                break
+            threading.Event().wait(0.01)
+        server._stop.set()  # the round below runs on this thread, as the server's own would
+        server._waker.send(b"x")
+        server._thread.join(5)
+        assert not server._thread.is_alive()
+        conn = next(iter(server._heads))
+        server._drop(conn)  # what _accept does to the oldest connection when it needs room
+        server._read(conn)  # the same round's readiness event for it
+    assert conn not in server._heads

@@ -13,7 +13,7 @@ process needs besides the cache (the store's SQLite page caches, the C heap's
 free lists, the interned-string table), printed as the overhead. With
 ``--id-chars N --concepts K --events E`` every learner id and each learner's
 own K concept ids are N characters long and each learner sends E events, so
-its raw window holds E records of long ids (the issue's shape: K=64, N=250):
+its raw window holds E records of long ids (a poison learner: K=64, N=250):
 the cache must count those bytes for the bound to hold.
 
     python bench/bench_state.py --learners 1000000 --cache-mb 64

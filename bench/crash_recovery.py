@@ -1,4 +1,4 @@
-"""The issue's crash-recovery figure: >= 10 SIGKILLs during >= 50,000 events over >= 2,000 learners.
+"""Crash recovery under load: SIGKILLs at random moments while a paced stream flows, then every property checked.
 
 Starts an embedded broker (Tansu), then tests.support.state_chaos.run: a paced feed,
 ``ktstream serve`` with ``state.dir`` set, killed with SIGKILL (by its pid) at

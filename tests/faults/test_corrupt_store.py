@@ -96,9 +96,8 @@ def damaged_pages(path) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("damage", [not_a_database, damaged_pages], ids=["not-a-database", "damaged-pages"])
-def test_corrupt_store_is_moved_aside_and_rebuilt_from_the_changelog(world, tmp_path, damage):
-    serving, records, reference = world
+def half_served(serving, records, tmp_path):
+    """An engine over a fresh state folder serves half the stream and stops cleanly; (broker, folder)."""
     broker, state_dir = Broker(records), tmp_path / "state"
     broker.reads = []
     first = engine_over(state_dir, serving, broker)
@@ -106,6 +105,13 @@ def test_corrupt_store_is_moved_aside_and_rebuilt_from_the_changelog(world, tmp_
         first.step()
     first.close()
     first.state.close()  # the last connection: the WAL is checkpointed into the file
+    return broker, state_dir
+
+
+@pytest.mark.parametrize("damage", [not_a_database, damaged_pages], ids=["not-a-database", "damaged-pages"])
+def test_corrupt_store_is_moved_aside_and_rebuilt_from_the_changelog(world, tmp_path, damage):
+    serving, records, reference = world
+    broker, state_dir = half_served(serving, records, tmp_path)
     path = partition_path(state_dir, DAMAGED)
     assert SqliteStore(state_dir).open(DAMAGED) > 0, "the partition had stored state before the damage"
     damage(path)
@@ -123,13 +129,7 @@ def test_corrupt_store_is_moved_aside_and_rebuilt_from_the_changelog(world, tmp_
 def test_corrupt_store_check_leaves_sound_files_alone(world, tmp_path):
     """The check can fail: a sound store is opened as it is, nothing moved, nothing counted."""
     serving, records, reference = world
-    broker, state_dir = Broker(records), tmp_path / "state"
-    broker.reads = []
-    first = engine_over(state_dir, serving, broker)
-    while committed(broker) < len(records) // 2:
-        first.step()
-    first.close()
-    first.state.close()
+    broker, state_dir = half_served(serving, records, tmp_path)
     second = engine_over(state_dir, serving, broker)
     finish(second, broker, records)
     assert second.metrics.registry.get_sample_value("ktstream_state_stores_quarantined_total") == 0

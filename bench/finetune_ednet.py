@@ -36,7 +36,7 @@ from ktstream.data.histories import encode
 from ktstream.finetune.finetune import FinetuneConfig, fine_tune
 from ktstream.finetune.promotion import PromotionConfig
 from ktstream.finetune.registry import ModelRegistry
-from ktstream.finetune.replay import build_replay
+from ktstream.finetune.windows import build_windows
 from ktstream.finetune.scheduler import run_cycle
 from ktstream.leakage import ALL_CHECKS, GateConfig
 from ktstream.scoring.binary import auc
@@ -124,7 +124,7 @@ def main() -> None:
     probs = {c["name"]: served_probs(registry.get(c["name"]), records) for c in promoted}
     # reference: the first window again, trained until early stopping (not gated; it never serves here)
     first_c = ms(promoted[0]["cutoff"])
-    first = build_replay([r for r in records if r["event_time"] < first_c + 2 * H], first_c, H)
+    first = build_windows([r for r in records if r["event_time"] < first_c + 2 * H], first_c, H)
     long_cfg = FinetuneConfig(epochs=args.static_epochs, **{**ft, "patience": 3})
     longer = fine_tune(first, cfg=long_cfg, family="dkt", model_kwargs=model_kwargs)
     probs["longer"] = served_probs(longer, records)

@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
     from ktstream.data.eventlog import read_events
     from ktstream.data.histories import collate, encode
-    from ktstream.models.serving import attention_map
+    from ktstream.models.stepwise import attention_map
 
     records = read_events(args.events)
     mine = [r for r in records if r["learner_id"] == args.learner]

@@ -6,7 +6,7 @@ benchmark
 prequential_time
     One timestamped stream cut by event time: train on events before C1,
     select on [C1, C0) (predicted with the learner's earlier history as context),
-    then replay every learner's whole stream through the serving path and score
+    then pass every learner's whole stream through the serving path and score
     events at or after C0, each predicted before it is learned from.
 """
 
@@ -21,7 +21,7 @@ import torch
 from ktstream.data.histories import LearnerHistory, build_vocabularies, collate, encode
 from ktstream.exceptions import LeakageError
 from ktstream.models import create
-from ktstream.models.serving import replay
+from ktstream.models.stepwise import predict_stepwise
 from ktstream.scoring.binary import summarize
 from ktstream.training.trainer import FitResult, TrainConfig, fit, predict_histories, refit as refit_model, score
 
@@ -79,7 +79,7 @@ def benchmark(model_name: str, train_recs: Sequence[dict], valid_recs: Sequence[
 
 def prequential_time(model_name: str, records: Sequence[dict], select_from_ms: int, test_from_ms: int,
                      cfg: TrainConfig | None = None, model_kwargs: dict | None = None,
-                     replay_batch: int = 256) -> dict[str, Any]:
+                     serving_batch: int = 256) -> dict[str, Any]:
     cfg = cfg or TrainConfig()
     if any(r.get("event_time") is None for r in records):
         raise ValueError("the time-ordered protocol needs an event_time on every event; "
@@ -98,9 +98,9 @@ def prequential_time(model_name: str, records: Sequence[dict], select_from_ms: i
     everything = encode(records, items, concepts)
     model.cpu().eval()
     probs = []
-    for g in range(0, len(everything), replay_batch):
-        part = everything[g : g + replay_batch]
-        served, _ = replay(model, collate(part))
+    for g in range(0, len(everything), serving_batch):
+        part = everything[g : g + serving_batch]
+        served, _ = predict_stepwise(model, collate(part))
         probs += [served[i, : len(h)].numpy() for i, h in enumerate(part)]
     test_scored = [h.times * 1000.0 >= test_from_ms for h in everything]
     counts = {"learners": len(everything), "train_interactions": len(train_recs),

@@ -28,7 +28,7 @@ import torch
 
 from ktstream.data.histories import LearnerHistory
 from ktstream.data.vocab import Vocabulary
-from ktstream.finetune.replay import ReplayData, assert_before
+from ktstream.finetune.windows import TimeWindows, assert_before
 from ktstream.finetune.warmstart import warm_start
 from ktstream.models import create
 from ktstream.models.base import KTModel
@@ -113,7 +113,7 @@ def _deterministic(cfg: FinetuneConfig):
         torch.use_deterministic_algorithms(previous)
 
 
-def initial_model(data: ReplayData, base: KTModel | None, family: str | None, model_kwargs: dict | None,
+def initial_model(data: TimeWindows, base: KTModel | None, family: str | None, model_kwargs: dict | None,
                   seed: int) -> tuple[KTModel, dict[str, Any] | None]:
     """The serving model grown to the replay's vocabularies, or a fresh ``family`` model (cold start)."""
     if base is not None:
@@ -124,12 +124,12 @@ def initial_model(data: ReplayData, base: KTModel | None, family: str | None, mo
                   n_categories=data.n_categories, **(model_kwargs or {})), None
 
 
-def fine_tune(data: ReplayData, base: KTModel | None = None, cfg: FinetuneConfig | None = None,
+def fine_tune(data: TimeWindows, base: KTModel | None = None, cfg: FinetuneConfig | None = None,
               family: str | None = None, model_kwargs: dict | None = None) -> FinetuneResult:
     """Train on ``data.train`` (events < C), select on ``data.select`` scored on [C, C+H).
 
     ``base`` is the serving model (warm start; its vocabulary must be the head
-    of ``data``'s, as `build_replay(base=...)` makes it); without one a fresh
+    of ``data``'s, as `build_windows(base=...)` makes it); without one a fresh
     ``family`` model is trained. ``base`` itself is never modified.
     """
     cfg = cfg or FinetuneConfig()

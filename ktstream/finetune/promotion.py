@@ -26,10 +26,10 @@ import numpy as np
 
 from ktstream.data.histories import LearnerHistory
 from ktstream.data.vocab import Vocabulary
-from ktstream.finetune.bootstrap import paired_bootstrap
+from ktstream.finetune.significance import paired_bootstrap
 from ktstream.finetune.finetune import FinetuneResult
 from ktstream.finetune.registry import ModelRegistry
-from ktstream.finetune.replay import ReplayData, window_only
+from ktstream.finetune.windows import TimeWindows, window_only
 from ktstream.leakage import GateConfig, GateData, GateReport, run_gate
 from ktstream.models.base import KTModel
 from ktstream.training.trainer import predict_histories
@@ -79,7 +79,7 @@ def scored_predictions(model: KTModel, histories: Sequence[LearnerHistory], scor
     return ys, ps
 
 
-def gate(candidate: KTModel, data: ReplayData, cfg: PromotionConfig) -> GateReport:
+def gate(candidate: KTModel, data: TimeWindows, cfg: PromotionConfig) -> GateReport:
     valid, test = window_only(data.select, data.select_scored), window_only(data.judge, data.judge_scored)
     full = GateData(data.train, valid, test, split="time", n_items=len(data.items), n_concepts=len(data.concepts))
     if cfg.random_labels_days is None or "random_labels" not in cfg.gate.checks:
@@ -95,7 +95,7 @@ def gate(candidate: KTModel, data: ReplayData, cfg: PromotionConfig) -> GateRepo
                       report.seconds + extra.seconds)
 
 
-def judge(candidate: FinetuneResult, serving: tuple[KTModel, Vocabulary, Vocabulary] | None, data: ReplayData,
+def judge(candidate: FinetuneResult, serving: tuple[KTModel, Vocabulary, Vocabulary] | None, data: TimeWindows,
           cfg: PromotionConfig | None = None) -> Decision:
     """Gate the candidate, compare it with the serving model on [C+H, C+2H), decide."""
     cfg = cfg or PromotionConfig()
@@ -124,7 +124,7 @@ def judge(candidate: FinetuneResult, serving: tuple[KTModel, Vocabulary, Vocabul
     return Decision(bool(promote), reasons, comparison, report)
 
 
-def promote_or_reject(registry: ModelRegistry, candidate: FinetuneResult, decision: Decision, data: ReplayData,
+def promote_or_reject(registry: ModelRegistry, candidate: FinetuneResult, decision: Decision, data: TimeWindows,
                       parent: str | None, cfg: PromotionConfig) -> tuple[str, str]:
     """Publish a new version, or keep the candidate under ``rejected/``; ("promoted" | "rejected", name)."""
     settings = {**asdict(cfg), "gate": cfg.gate.as_dict()}

@@ -2,7 +2,7 @@
 
 One cycle (``run_cycle``) at cutoff C, horizon H:
 
-1. ``build_replay``: windows < C, [C, C+H), [C+H, C+2H); vocabularies from < C,
+1. ``build_windows``: windows < C, [C, C+H), [C+H, C+2H); vocabularies from < C,
    extending the serving model's (warm start);
 2. ``fine_tune`` the serving model (or train ``family`` from scratch when the
    registry is empty);
@@ -31,7 +31,7 @@ from ktstream.finetune.finetune import FinetuneConfig, fine_tune
 from ktstream.finetune.metrics import FinetuneMetrics
 from ktstream.finetune.promotion import PromotionConfig, judge, promote_or_reject
 from ktstream.finetune.registry import ModelRegistry
-from ktstream.finetune.replay import build_replay
+from ktstream.finetune.windows import build_windows
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ def run_cycle(records: Iterable[dict[str, Any]], cutoff_ms: int, horizon_ms: int
     parent = registry.latest()
     serving = registry.get(parent) if parent else None
     base = (serving.items, serving.concepts) if serving else None
-    data = build_replay(records, cutoff_ms, horizon_ms, base, serving.model.n_categories if serving else None)
+    data = build_windows(records, cutoff_ms, horizon_ms, base, serving.model.n_categories if serving else None)
     result = fine_tune(data, serving.model if serving else None, ft, family, model_kwargs)
     decision = judge(result, (serving.model, serving.items, serving.concepts) if serving else None, data, promotion)
     outcome, name = promote_or_reject(registry, result, decision, data, parent, promotion)

@@ -1,6 +1,6 @@
 """Warm start: the serving model, grown to a vocabulary extended with ids first seen before the cutoff.
 
-`build_replay` appends ids first seen before C after the serving model's ids,
+`build_windows` appends ids first seen before C after the serving model's ids,
 so an old id keeps its index. Every parameter whose shape depends on the
 vocabulary sizes is found by probing (a model built with one more item, or one
 more concept, shows which dimensions grow and by how many rows per id: an

@@ -11,7 +11,7 @@ positions must agree. Three paths:
   (batch statistics, e.g. batch normalisation over learners or positions, are
   exactly what this catches; dropout itself is random per batch shape, so it
   has to be off for a comparison across shapes);
-- ``serving``: `replay`, predict-then-update one interaction at a time.
+- ``serving``: `predict_stepwise`, predict-then-update one interaction at a time.
 
 Across batch shapes matrix kernels may sum in another order, so equality is
 up to rounding: ``batch_atol`` in fp64, ``fp32_atol`` in fp32.
@@ -27,14 +27,14 @@ from ktstream.leakage.config import GateConfig
 from ktstream.leakage.probe import batch_of, forward_probs, is_deterministic
 from ktstream.leakage.report import CheckResult
 from ktstream.models.base import KTModel
-from ktstream.models.serving import replay
+from ktstream.models.stepwise import predict_stepwise
 
 
 def _predict(model: KTModel, learners: list[LearnerHistory], mode: str, seed: int) -> torch.Tensor:
     hist = batch_of(learners)
     if mode == "serving":
         model.eval()
-        return replay(model, hist)[0]
+        return predict_stepwise(model, hist)[0]
     return forward_probs(model, hist, mode, seed)
 
 

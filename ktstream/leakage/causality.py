@@ -120,7 +120,7 @@ def current_label_flip(model: KTModel, learners, cfg: GateConfig, rng: np.random
 
 @torch.inference_mode()
 def serving_flips(model: KTModel, hist, rng: np.random.Generator) -> dict[str, tuple[float, tuple | None]]:
-    """One serving pass (as `replay`); at every position ``predict`` is also asked with the response
+    """One serving pass (as `predict_stepwise`); at every position ``predict`` is also asked with the response
     flipped, and with no response at all (a prediction request): all three must agree."""
     B, T = hist.shape
     K = model.n_categories

@@ -14,7 +14,7 @@ from ktstream.leakage.config import GateConfig
 from ktstream.leakage.probe import batch_of, forward_probs, max_diff
 from ktstream.leakage.report import CheckResult
 from ktstream.models.base import KTModel
-from ktstream.models.serving import replay
+from ktstream.models.stepwise import predict_stepwise
 
 
 def serving_equivalence(model: KTModel, learners: list[LearnerHistory], cfg: GateConfig) -> CheckResult:
@@ -22,7 +22,7 @@ def serving_equivalence(model: KTModel, learners: list[LearnerHistory], cfg: Gat
     hist = batch_of(learners)
     batch = forward_probs(model, hist, "eval")
     model.eval()
-    served, _ = replay(model, hist)
+    served, _ = predict_stepwise(model, hist)
     keep = hist.mask & (hist.responses >= 0)
     diff, loc = max_diff(served, batch, keep)
     where = ""

@@ -1,6 +1,6 @@
 """Path equivalence: every path that produces a reported number predicts what the serving path predicts.
 
-The serving path (`replay`: the queries of a step predicted from the state at
+The serving path (`predict_stepwise`: the queries of a step predicted from the state at
 the step's start, then the updates) is causal by construction once
 `current_label_flip` has shown that ``predict`` ignores the query's response.
 A path that agrees with it within rounding is then causal too; a path that
@@ -47,7 +47,7 @@ from ktstream.leakage.config import GateConfig
 from ktstream.leakage.probe import batch_of, forward_probs, in_mode, max_diff
 from ktstream.leakage.report import CheckResult
 from ktstream.models.base import KTModel
-from ktstream.models.serving import replay
+from ktstream.models.stepwise import predict_stepwise
 from ktstream.serving.runner import ModelRunner
 from ktstream.training.trainer import forward_windows, predict_histories
 
@@ -127,7 +127,7 @@ def path_equivalence(model: KTModel, learners: list[LearnerHistory], cfg: GateCo
     hist = batch_of(learners)
     B, T = hist.shape
     model.eval()
-    served, _ = replay(model, hist)
+    served, _ = predict_stepwise(model, hist)
     served = served.double()
     valid = hist.mask & (hist.responses >= 0)
     chunk = cfg.path_chunk

@@ -28,7 +28,7 @@ from safetensors.torch import load_file, save_file
 from ktstream.data.vocab import Vocabulary
 from ktstream.exceptions import KTStreamError
 from ktstream.models.base import KTModel
-from ktstream.models.registry import create
+from ktstream.models.families import create
 
 FORMAT = 1
 CONFIG, WEIGHTS = "config.json", "weights.safetensors"

@@ -19,7 +19,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from ktstream.data.histories import Histories, Interactions, Prepared, applied_first, derived
 from ktstream.models.base import Described, KTModel, State, gather_steps
 from ktstream.models.embeddings import InteractionEmbedding, QuestionEmbedding
-from ktstream.models.registry import register
+from ktstream.models.families import register
 
 
 @register

@@ -17,7 +17,7 @@ from torch import nn
 from ktstream.data.histories import Histories, Interactions, Prepared, derived
 from ktstream.models.base import Described, KTModel, State, where_state
 from ktstream.models.embeddings import InteractionEmbedding, QuestionEmbedding
-from ktstream.models.registry import register
+from ktstream.models.families import register
 
 
 class CategoricalHead(nn.Module):

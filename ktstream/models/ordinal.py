@@ -28,7 +28,7 @@ from ktstream.data.histories import Histories, Interactions, applied_first
 from ktstream.models.base import Described, State
 from ktstream.models.dkvmn import DKVMN
 from ktstream.models.ordinal_embeddings import RESPONSE_EMBEDDINGS, CausalRefiner, OrdinalInteractionEmbedding
-from ktstream.models.registry import register
+from ktstream.models.families import register
 
 CORAL_EPS = 1e-6  # floor of a CORAL category probability before renormalising
 MIN_GAP = 1e-3  # smallest threshold increment: softplus alone underflows to 0 in fp32 for very negative inputs

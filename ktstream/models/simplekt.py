@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from ktstream.models.rasch import RaschEmbedding
-from ktstream.models.registry import register
+from ktstream.models.families import register
 from ktstream.models.windowed import WindowedKT
 
 

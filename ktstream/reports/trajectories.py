@@ -9,8 +9,8 @@ Where ``describe`` gives an IRT ability theta, it is drawn too. Dots mark the
 learner's real attempts at the concept: filled correct (ordinal: upper half of
 the scale), hollow not.
 
-Attention. For attention families, ``ktstream.models.serving.attention_map``
-replays the learner and gives, per prediction, the weights over the cached past.
+Attention. For attention families, ``ktstream.models.stepwise.attention_map``
+steps the learner through the serving path and gives, per prediction, the weights over the cached past.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from ktstream.data.histories import Interactions, collate, encode_learner, group_by_learner
 from ktstream.data.vocab import Vocabulary
 from ktstream.models.base import KTModel, select_state
-from ktstream.models.serving import attention_map
+from ktstream.models.stepwise import attention_map
 from ktstream.reports.figures import plt, to_png
 
 

@@ -3,7 +3,7 @@
 A model family states the model contract (ktstream.models.base) and the kind of state it
 keeps; this package does the rest: ``ModelRunner`` runs waves of events through the model,
 a ``Layout`` per kind of state (``DenseLayout``, ``WindowedCacheLayout``; ``layout_for``)
-stacks, updates and keeps the learners' states in arenas, and ``rebuild_states`` replays raw
+stacks, updates and keeps the learners' states in arenas, and ``rebuild_states`` passes raw
 windows into states for new weights.
 """
 

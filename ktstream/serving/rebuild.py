@@ -2,11 +2,11 @@
 
 After a hot swap the old state tensors mean nothing to the new model. The
 engine keeps a bounded raw window of each learner's recent interactions
-(canonical records); replaying it through the new model's serving path gives
+(canonical records); passing it through the new model's serving path gives
 the state the new model would hold had it served that window. The engine
 calls this lazily on a learner's next event and in a background pass.
 
-Replay follows the engine's rules exactly: records in event-time order (ties:
+The rebuild follows the engine's rules exactly: records in event-time order (ties:
 ``seq``), interactions of one step (same ``step_id``, else the same event time)
 each update the state in turn, and the state at the start of the last step is
 kept (``step_state``), so a later member of that step is still predicted from
@@ -37,7 +37,7 @@ class Rebuilt:
 
     learner_id: str
     state: State  # leading dim 1
-    step_key: tuple[str, Any] | None  # key of the last step replayed
+    step_key: tuple[str, Any] | None  # key of the last step rebuilt
     step_state: State | None  # state at that step's start, when a member of it was applied
     applied: int  # interactions that updated the state
     last_event_time_ms: int | None
@@ -46,7 +46,7 @@ class Rebuilt:
 @torch.no_grad()  # not inference_mode: the states must stay usable outside it
 def rebuild_states(model: KTModel, windows: dict[str, Sequence[dict[str, Any]]], items: Vocabulary,
                    concepts: Vocabulary, counter=None) -> dict[str, Rebuilt]:
-    """Rebuild every learner of ``windows`` ({learner id: raw records}) in one batched replay.
+    """Rebuild every learner of ``windows`` ({learner id: raw records}) in one batched serving pass.
 
     ``counter`` (optional, a prometheus Counter) is incremented by the number of learners rebuilt.
     """

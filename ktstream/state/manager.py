@@ -7,7 +7,7 @@ engine calls ``on_assigned`` here first, so restoring there *is* pausing the
 partition: no record of it is processed until its store reflects the committed
 offset.
 
-- ``on_assigned``: open the partition's store, replay the changelog records it
+- ``on_assigned``: open the partition's store, apply the changelog records it
   is missing (ktstream.state.changelog.restore), and note the group generation
   it was assigned in (its changelog records carry it);
 - ``on_revoked`` / ``on_lost``: forget the partitions (the engine evicts their

@@ -16,7 +16,7 @@ from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
 from ktstream.engine.replay import replay_order
 from ktstream.models import create, family
-from ktstream.models.serving import replay
+from ktstream.models.stepwise import predict_stepwise
 from ktstream.serving.runner import ModelRunner
 
 EVENTS, PREDICTIONS, DEAD = "t.events", "t.predictions", "t.dead"
@@ -53,7 +53,7 @@ def tiny_model(name, items, concepts, seed=0):
 def offline(model, records, items, concepts):
     """event_id -> probs (K,) from the serving path over the collated histories (the reference)."""
     hs = encode(records, items, concepts)
-    probs, _ = replay(model, collate(hs))
+    probs, _ = predict_stepwise(model, collate(hs))
     return {eid: probs[b, t] for b, h in enumerate(hs) for t, eid in enumerate(h.event_ids)}
 
 

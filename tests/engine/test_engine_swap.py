@@ -3,7 +3,7 @@
 The engine serves half of a stream with one model, swaps in another (other
 weights, vocabularies built from less data) between micro-batches, and serves
 the rest. Each prediction must carry the version that made it, versions never
-go back, and each must equal (1e-6) the offline serving-path replay of its
+go back, and each must equal (1e-6) the offline stepwise serving pass of its
 version's model over the learner's whole history: learner states were rebuilt
 from their raw windows, not restarted.
 """
@@ -95,10 +95,10 @@ def test_background_pass_rebuilds_idle_learners_to_the_new_models_state(kit):
     assert {cache.peek(lid).model_version for lid in order} == {"b"}
     assert engine.metrics.rebuilt.labels("background")._value.get() == len(order)
     from ktstream.data.histories import collate, encode as encode_histories
-    from ktstream.models.serving import replay
+    from ktstream.models.stepwise import predict_stepwise
 
     hs = encode_histories(recs, items, concepts)
-    _, final = replay(new, collate(hs))
+    _, final = predict_stepwise(new, collate(hs))
     for b, h in enumerate(hs):
         got = cache.peek(h.learner_id).state
         for key, t in final.items():

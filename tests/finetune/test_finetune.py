@@ -10,14 +10,14 @@ from ktstream.finetune.finetune import fine_tune
 
 from ktstream.finetune import finetune as finetune_module
 from ktstream.finetune.finetune import autocast_mode
-from ktstream.finetune.replay import build_replay
+from ktstream.finetune.windows import build_windows
 from ktstream.training.trainer import resolve_device
 from tests.finetune.conftest import TINY_DKT, tiny_finetune
 
 
 def test_same_seed_same_data_gives_bit_identical_weights(stream):
     recs, C, H = stream
-    data = build_replay(recs, C, H)
+    data = build_windows(recs, C, H)
     a = fine_tune(data, cfg=tiny_finetune(), family="dkt", model_kwargs=TINY_DKT)
     b = fine_tune(data, cfg=tiny_finetune(), family="dkt", model_kwargs=TINY_DKT)
     assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values()))
@@ -27,10 +27,10 @@ def test_same_seed_same_data_gives_bit_identical_weights(stream):
 
 def test_warm_start_extends_the_serving_model_and_leaves_it_untouched(stream):
     recs, C, H = stream
-    early = build_replay(recs, C - H, H)  # an older serving model: cutoff one horizon earlier
+    early = build_windows(recs, C - H, H)  # an older serving model: cutoff one horizon earlier
     serving = fine_tune(early, cfg=tiny_finetune(), family="dkt", model_kwargs=TINY_DKT)
     snapshot = {k: v.clone() for k, v in serving.model.state_dict().items()}
-    data = build_replay(recs, C, H, base=(serving.items, serving.concepts))
+    data = build_windows(recs, C, H, base=(serving.items, serving.concepts))
     assert data.items.ids[: len(serving.items.ids)] == serving.items.ids
     result = fine_tune(data, base=serving.model, cfg=tiny_finetune(epochs=1, lr=0.0))
     assert result.warm_start["items"] == [len(serving.items), len(data.items)]
@@ -44,7 +44,7 @@ def test_warm_start_extends_the_serving_model_and_leaves_it_untouched(stream):
 
 def test_results_are_json_and_name_the_device(stream):
     recs, C, H = stream
-    result = fine_tune(build_replay(recs, C, H), cfg=tiny_finetune(epochs=1), family="dkt", model_kwargs=TINY_DKT)
+    result = fine_tune(build_windows(recs, C, H), cfg=tiny_finetune(epochs=1), family="dkt", model_kwargs=TINY_DKT)
     out = json.loads(json.dumps(result.to_dict()))
     assert out["device"] == str(resolve_device("auto")) and out["fit"]["best_epoch"] == 1
     assert out["autocast"] == ("bf16" if torch.cuda.is_available() else None)

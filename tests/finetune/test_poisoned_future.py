@@ -16,7 +16,7 @@ from ktstream.data.histories import encode
 from ktstream.exceptions import LeakageError
 from ktstream.finetune import replay as replay_module
 from ktstream.finetune.finetune import fine_tune, initial_model, segments
-from ktstream.finetune.replay import assert_before, build_replay
+from ktstream.finetune.windows import assert_before, build_windows
 from ktstream.training.trainer import fit
 from tests.finetune.conftest import TINY_DKT, tiny_finetune
 
@@ -41,7 +41,7 @@ def same(a, b) -> bool:
 
 
 def train_weights(records, C, H, cfg):
-    data = build_replay(records, C, H)
+    data = build_windows(records, C, H)
     result = fine_tune(data, cfg=cfg, family="dkt", model_kwargs=TINY_DKT)
     return data, weights(result.model)
 
@@ -71,7 +71,7 @@ def test_poison_after_cutoff_leaves_weights_bit_identical(stream, where):
 
 def test_future_event_forced_into_training_batch_raises(stream):
     recs, C, H = stream
-    data = build_replay(recs, C, H)
+    data = build_windows(recs, C, H)
     forced = encode(recs + poison(recs, C), data.items, data.concepts)
     data.train = [h for h in forced if h.learner_id == data.train[0].learner_id] + data.train[1:]
     with pytest.raises(LeakageError, match="not before the cutoff"):
@@ -79,18 +79,18 @@ def test_future_event_forced_into_training_batch_raises(stream):
 
 
 def test_loader_checks_where_training_histories_are_built(stream, monkeypatch):
-    """If the window filter were bypassed, the check in build_replay itself raises."""
+    """If the window filter were bypassed, the check in build_windows itself raises."""
     recs, C, H = stream
     bad = poison(recs, C + 5)
     real = replay_module.encode
     monkeypatch.setattr(replay_module, "encode", lambda r, i, c: real(list(r) + bad, i, c))
     with pytest.raises(LeakageError):
-        build_replay(recs, C, H)
+        build_windows(recs, C, H)
 
 
 def test_events_without_clock_cannot_be_shown_before_cutoff(stream):
     recs, C, H = stream
-    data = build_replay(recs, C, H)
+    data = build_windows(recs, C, H)
     h = data.train[0]
     h.times = h.times.copy()
     h.times[-1] = float("nan")
@@ -102,6 +102,6 @@ def test_event_one_millisecond_before_cutoff_is_training_data(stream):
     recs, C, H = stream
     edge = {**recs[0], "event_id": "edge", "event_time": C - 1, "item_id": "q-edge"}
     at = {**recs[0], "event_id": "at", "event_time": C, "item_id": "q-at"}
-    data = build_replay(recs + [edge, at], C, H)
+    data = build_windows(recs + [edge, at], C, H)
     assert "q-edge" in data.items and "q-at" not in data.items
     assert any("edge" in h.event_ids for h in data.train) and not any("at" in h.event_ids for h in data.train)

@@ -12,11 +12,11 @@ import torch.nn.functional as F
 
 from ktstream.data.simulate import simulate
 from ktstream.data.vocab import UNKNOWN, Vocabulary
-from ktstream.finetune.bootstrap import paired_bootstrap
+from ktstream.finetune.significance import paired_bootstrap
 from ktstream.finetune.finetune import fine_tune
 from ktstream.finetune.promotion import judge, promote_or_reject, reencode
 from ktstream.finetune.registry import ModelRegistry
-from ktstream.finetune.replay import build_replay
+from ktstream.finetune.windows import build_windows
 from ktstream.leakage import ALL_CHECKS
 from ktstream.models import create
 from ktstream.models.dkt import DKT
@@ -33,7 +33,7 @@ def world():
                     start_spread_ms=10 * DAY_MS, mean_gap_ms=3_600_000)
     times = np.array([r["event_time"] for r in recs])
     C = int(np.quantile(times, 0.5))
-    data = build_replay(recs, C, int(np.quantile(times, 0.75)) - C)
+    data = build_windows(recs, C, int(np.quantile(times, 0.75)) - C)
     good = fine_tune(data, cfg=tiny_finetune(epochs=6, batch_size=16), family="dkt", model_kwargs=TINY_DKT)
     return data, good
 

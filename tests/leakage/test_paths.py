@@ -102,9 +102,9 @@ def test_an_engine_that_predicts_a_step_from_the_current_state_is_named(stepped,
 
 def _serving_predictions(model, histories, batch_size=64, device=None, chunk=4000):
     """predict_histories by the serving path: keeps the trainer's own windows out of the engine test."""
-    from ktstream.models.serving import replay
+    from ktstream.models.stepwise import predict_stepwise
 
-    probs = replay(model, collate(list(histories)))[0].numpy()
+    probs = predict_stepwise(model, collate(list(histories)))[0].numpy()
     return [probs[b, : len(h)] for b, h in enumerate(histories)]
 
 

@@ -15,7 +15,7 @@ import torch
 from ktstream.data.histories import collate
 from ktstream.models import create, family, kvcache
 from ktstream.models.attention import SOFTMAX_MIN_COLUMNS, HeadRouter, WindowAttention, softmax_of_columns
-from ktstream.models.serving import replay
+from ktstream.models.stepwise import predict_stepwise
 from ktstream.serving import StackBuffer, WindowState, arena as arena_module, layout_for, stack_states, window_arena
 
 N_ITEMS, N_CONCEPTS, W = 30, 12, 8
@@ -38,7 +38,7 @@ def states_equal(a, b, atol=1e-5):
 def check_equivalence(model, hist, atol=1e-5):
     with torch.no_grad():
         log_probs, batch_state = model(hist)
-    served, served_state = replay(model, hist)
+    served, served_state = predict_stepwise(model, hist)
     m = hist.mask
     gap = (served[m] - log_probs.exp()[m]).abs().max()
     assert gap <= atol, f"{model.name}: serving differs from training by {gap:.2e}"
@@ -161,7 +161,7 @@ def test_first_interaction_predicts_from_an_empty_cache(name, make_histories):
 def test_describe_reports_weights_over_the_cached_past(name, make_histories):
     model = build(name, **OPTIONS["routing"])
     _, hist = make_histories([W + 3, 2], N_ITEMS, N_CONCEPTS, 2, seed=18, step_prob=0.0)
-    _, state = replay(model, hist)
+    _, state = predict_stepwise(model, hist)
     _, info = model.predict(state, hist.at(0), describe=True)
     assert torch.allclose(info["attention"].sum(-1) + info["attention_null"], torch.ones(2), atol=1e-5)
     assert torch.allclose(info["attention_heads"].mean(1), info["attention"], atol=1e-6)
@@ -182,7 +182,7 @@ def test_described_for_messages_is_what_messages_carry(name, window, make_histor
 
     model = build(name, **{**OPTIONS["routing"], "window": window})  # 4 heads: H * W = 32, 160 or 320 numbers
     _, hist = make_histories([window + 3, 2], N_ITEMS, N_CONCEPTS, 2, seed=19, step_prob=0.0)
-    _, state = replay(model, hist)
+    _, state = predict_stepwise(model, hist)
     probs, part = model.predict(state, hist.at(0), describe=True, max_values=MAX_EXTRA_VALUES)
     assert torch.equal(probs, model.predict(state, hist.at(0)))
     _, full = model.predict(state, hist.at(0), describe=True)
@@ -225,7 +225,7 @@ def test_fp16_cache_halves_storage_and_stays_close(name, make_histories):
     _, hist = make_histories([3 * W, W], N_ITEMS, N_CONCEPTS, 2, seed=20)
     with torch.no_grad():
         reference, _ = full(hist)
-    served, state = replay(half, hist)
+    served, state = predict_stepwise(half, hist)
     assert all(state[k].dtype == torch.float16 for k in half.cache_dims())
     clock = 8 * W + 8  # float64 times and the count stay as they are
     assert kvcache.nbytes(state) - clock == (kvcache.nbytes(full.init_state(1)) - clock) // 2
@@ -263,8 +263,8 @@ def test_a_cached_learner_is_independent_of_batch_order(make_histories):
     model = build("akt", **OPTIONS["both"])
     learners, _ = make_histories([2 * W, 3, 3 * W], N_ITEMS, N_CONCEPTS, 2, seed=22)
     order = np.array([2, 0, 1])
-    a, _ = replay(model, collate(learners))
-    b, _ = replay(model, collate([learners[i] for i in order]))
+    a, _ = predict_stepwise(model, collate(learners))
+    b, _ = predict_stepwise(model, collate([learners[i] for i in order]))
     assert torch.allclose(a[2, : 3 * W], b[0, : 3 * W], atol=1e-6)
 
 
@@ -282,7 +282,7 @@ def test_caches_are_appended_in_place_in_the_arena_only(cache_dtype, make_histor
     _, hist = make_histories([T + 1] * 3, N_ITEMS, N_CONCEPTS, 2, seed=23)
     made = []
     with torch.inference_mode():
-        _, batch = replay(model, hist.window(0, W + 2))
+        _, batch = predict_stepwise(model, hist.window(0, W + 2))
         before = {k: v.clone() for k, v in batch.items()}
         rows = [{k: v[b:b + 1] for k, v in batch.items()} for b in range(3)]
         for t in range(W + 2, T):
@@ -398,7 +398,7 @@ def test_a_batch_cut_to_its_filled_slots_serves_as_the_whole_window(name, option
     _, hist = make_histories([W + 2, W + 2, W + 2], N_ITEMS, N_CONCEPTS, 2, seed=25)
     with torch.inference_mode():
         for applied in ([0, 0, 0], [1, 4, 2], [0, W - 2, 3]):  # learners' history lengths
-            rows = [replay(model, hist.select([b]).window(0, n))[1] if n else model.init_state(1)
+            rows = [predict_stepwise(model, hist.select([b]).window(0, n))[1] if n else model.init_state(1)
                     for b, n in enumerate(applied)]
             whole = stack_states(rows)
             assert whole["count"].tolist() == applied
@@ -450,7 +450,7 @@ def test_blocked_forward_equals_one_block(name, make_histories):
 def test_explain_heatmap_rows_are_the_served_attention(make_histories, tmp_path):
     from ktstream.cli.main import main
     from ktstream.data.eventlog import write_events
-    from ktstream.models.serving import attention_map
+    from ktstream.models.stepwise import attention_map
 
     model = build("akt", **OPTIONS["routing"])
     _, hist = make_histories([3 * W], N_ITEMS, N_CONCEPTS, 2, seed=24, step_prob=0.3)

@@ -12,7 +12,7 @@ import torch
 
 from ktstream.data.histories import NO_RESPONSE, collate
 from ktstream.models import create, family, names
-from ktstream.models.serving import replay
+from ktstream.models.stepwise import predict_stepwise
 
 N_ITEMS, N_CONCEPTS = 30, 12
 CATEGORIES = [2, 4]
@@ -56,7 +56,7 @@ def test_serving_matches_training(name, K, make_histories):
     assert bool(((hist.responses == NO_RESPONSE) & hist.mask).any())
     with torch.no_grad():
         batch_log_probs, batch_state = model(hist)
-    served, served_state = replay(model, hist)
+    served, served_state = predict_stepwise(model, hist)
     m = hist.mask
     assert torch.allclose(served[m], batch_log_probs.exp()[m], atol=1e-5), \
         f"{name}: serving path differs from training path by {(served[m] - batch_log_probs.exp()[m]).abs().max():.2e}"
@@ -112,8 +112,8 @@ def test_batch_mates_change_nothing(name, make_histories):
         alone, _ = model(collate(learners[:1]))
         mixed, _ = model(collate([others[0], learners[0], others[1]]))
     assert torch.allclose(alone[0], mixed[1, :50], atol=1e-6), f"{name}: depends on batch mates"
-    served_alone, _ = replay(model, collate(learners[:1]))
-    served_mixed, _ = replay(model, collate([others[0], learners[0], others[1]]))
+    served_alone, _ = predict_stepwise(model, collate(learners[:1]))
+    served_mixed, _ = predict_stepwise(model, collate([others[0], learners[0], others[1]]))
     assert torch.allclose(served_alone[0], served_mixed[1, :50], atol=1e-6)
 
 
@@ -121,7 +121,7 @@ def test_batch_mates_change_nothing(name, make_histories):
 def test_predict_does_not_mutate_state(name, make_histories):
     model = build(name)
     _, hist = make_histories([10, 10], N_ITEMS, N_CONCEPTS, 2, seed=6)
-    _, state = replay(model, hist)
+    _, state = predict_stepwise(model, hist)
     before = {k: v.clone() for k, v in state.items()}
     with torch.inference_mode():
         model.predict(state, hist.at(3))
@@ -136,7 +136,7 @@ def test_a_described_prediction_is_the_prediction_and_per_learner_extras(name, m
     ``max_values`` only leaves out entries of more numbers per learner."""
     model = build(name)
     _, hist = make_histories([12, 9, 12], N_ITEMS, N_CONCEPTS, 2, seed=8)
-    _, state = replay(model, hist)
+    _, state = predict_stepwise(model, hist)
     with torch.inference_mode():
         alone = model.predict(state, hist.at(8))
         probs, extras = model.predict(state, hist.at(8), describe=True)

@@ -29,7 +29,7 @@ from ktstream.models.embeddings import InteractionEmbedding
 from ktstream.models.ordinal import (CoralHead, GPCMHead, IRTHead, OrdinalDKVMN, coral_log_probs, gpcm_log_probs,
                                      irt_2pl_log_probs)
 from ktstream.models.ordinal_embeddings import CausalRefiner, OrdinalInteractionEmbedding, response_weights
-from ktstream.models.serving import replay
+from ktstream.models.stepwise import predict_stepwise
 from ktstream.schema import Event
 from ktstream.training import ordinal_losses as L
 from tests.conftest import require_dataset
@@ -72,7 +72,7 @@ def test_betas_ordered_and_alpha_positive_for_random_weights(K, seed, make_histo
     model = create("deep-gpcm", n_items=N_ITEMS, n_concepts=N_CONCEPTS, n_categories=K, **TINY).eval()
     _scramble(model.head, seed)
     _, hist = make_histories([12, 7], N_ITEMS, N_CONCEPTS, K, seed=seed)
-    _, state = replay(model, hist)
+    _, state = predict_stepwise(model, hist)
     with torch.no_grad():
         d = model.predict(state, hist.at(5), describe=True)[1]
     assert d["betas"].shape == (2, K - 1)
@@ -83,7 +83,7 @@ def test_betas_ordered_and_alpha_positive_for_random_weights(K, seed, make_histo
 def test_describe_matches_predict(make_histories):
     model = create("deep-gpcm", n_items=N_ITEMS, n_concepts=N_CONCEPTS, n_categories=4, **TINY).eval()
     _, hist = make_histories([10, 10, 4], N_ITEMS, N_CONCEPTS, 4, seed=3)
-    _, state = replay(model, hist)
+    _, state = predict_stepwise(model, hist)
     with torch.no_grad():
         q = hist.at(2)
         probs, d = model.predict(state, q, describe=True)
@@ -117,7 +117,7 @@ def test_unanchored_variant_keeps_train_serve_equivalence(make_histories):
     _, hist = make_histories([19, 4, 12], N_ITEMS, N_CONCEPTS, 3, seed=13)
     with torch.no_grad():
         batch, _ = model(hist)
-    served, _ = replay(model, hist)
+    served, _ = predict_stepwise(model, hist)
     assert torch.allclose(served[hist.mask], batch.exp()[hist.mask], atol=1e-5)
 
 
@@ -146,7 +146,7 @@ def test_coral_clamps_and_renormalises_degenerate_differences():
 def test_blend_describe_has_both_heads_and_gate(make_histories):
     model = create("deep-gpcm-blend", n_items=N_ITEMS, n_concepts=N_CONCEPTS, n_categories=3, **TINY).eval()
     _, hist = make_histories([6, 9], N_ITEMS, N_CONCEPTS, 3, seed=4)
-    _, state = replay(model, hist)
+    _, state = predict_stepwise(model, hist)
     with torch.no_grad():
         d = model.predict(state, hist.at(1), describe=True)[1]
     assert {"theta", "alpha", "betas", "tau", "gpcm_weight", "expected_score"} <= set(d)
@@ -186,7 +186,7 @@ def test_serving_matches_training_for_every_option(embedding, window, make_histo
     _, hist = make_histories([23, 1, 11, 17], N_ITEMS, N_CONCEPTS, 3, seed=7)
     with torch.no_grad():
         batch, batch_state = model(hist)
-    served, served_state = replay(model, hist)
+    served, served_state = predict_stepwise(model, hist)
     m = hist.mask
     assert torch.allclose(served[m], batch.exp()[m], atol=1e-5)
     for k in batch_state:
@@ -400,7 +400,7 @@ def test_describe_fills_the_prediction_message(make_histories):
 
     model = create("deep-gpcm", n_items=N_ITEMS, n_concepts=N_CONCEPTS, n_categories=4, **TINY).eval()
     _, hist = make_histories([8, 3], N_ITEMS, N_CONCEPTS, 4, seed=14)
-    _, state = replay(model, hist)
+    _, state = predict_stepwise(model, hist)
     with torch.no_grad():
         d = model.predict(state, hist.at(1), describe=True)[1]
     row = describe_row(d, 1, {})

@@ -13,7 +13,7 @@ import torch
 
 from ktstream.cli.main import main
 from ktstream.data.histories import collate, encode
-from ktstream.models.serving import replay
+from ktstream.models.stepwise import predict_stepwise
 from ktstream.reports import Predictions, ReportInputs, build_report, recompute
 from tests.reports.report_runs import attention_run, binary_run, ordinal_run  # noqa: F401  (pytest fixtures)
 
@@ -70,7 +70,7 @@ def test_predictions_are_the_served_predictions(binary_run):
     p = recompute(model, items, concepts, test)
     assert len(p) == binary_run["result"]["test"]["n"]
     histories = encode(test, items, concepts)
-    served, _ = replay(model.eval(), collate(histories))
+    served, _ = predict_stepwise(model.eval(), collate(histories))
     for b, h in enumerate(histories[:5]):
         rows = p.learner_ids == h.learner_id
         np.testing.assert_allclose(p.probs[rows], served[b, : len(h)].numpy(), atol=1e-5)

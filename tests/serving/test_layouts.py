@@ -13,7 +13,7 @@ import torch
 
 from ktstream.core import memory_nbytes
 from ktstream.models import create, family, names
-from ktstream.models.serving import replay
+from ktstream.models.stepwise import predict_stepwise
 from ktstream.serving import LAYOUTS, RowState, StackBuffer, layout_for, split_state, stack_states
 
 N_ITEMS, N_CONCEPTS = 30, 12
@@ -49,7 +49,7 @@ def test_per_learner_updates_equal_the_batched_update(kind, name, make_histories
     layout = layout_for(model)
     assert type(layout) is LAYOUTS[kind]
     _, hist = make_histories([12, 9, 12], N_ITEMS, N_CONCEPTS, 2, seed=8)
-    _, state = replay(model, hist)
+    _, state = predict_stepwise(model, hist)
     with torch.inference_mode():
         batched = model.update(state, hist.at(8))
         rows = layout.update_rows(state, hist.at(8))

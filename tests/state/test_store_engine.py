@@ -1,4 +1,4 @@
-"""The engine over a durable store: a tiny hot cache, and a restart from the store, both equal the offline replay."""
+"""The engine over a durable store: a tiny hot cache, and a restart from the store, both equal the offline stepwise serving pass."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
 from ktstream.engine.replay import replay_order
 from ktstream.models import create, family
-from ktstream.models.serving import replay
+from ktstream.models.stepwise import predict_stepwise
 from ktstream.serving.runner import ModelRunner
 from ktstream.state import MemoryStore, SqliteStore
 
@@ -36,7 +36,7 @@ def setup(name="dkt", n_learners=15):
         records.append(Record("ev", p, offsets[p], r["learner_id"].encode(), json.dumps(r).encode(), 0))
         offsets[p] += 1
     hs = encode(recs, items, concepts)
-    probs, _ = replay(model, collate(hs))
+    probs, _ = predict_stepwise(model, collate(hs))
     reference = {eid: probs[b, t] for b, h in enumerate(hs) for t, eid in enumerate(h.event_ids)}
     return model, items, concepts, records, reference
 

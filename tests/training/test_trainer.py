@@ -6,7 +6,7 @@ import torch
 
 from ktstream.data.histories import NO_RESPONSE, LearnerHistory, collate
 from ktstream.models import create, family, names
-from ktstream.models.serving import replay
+from ktstream.models.stepwise import predict_stepwise
 from ktstream.scoring.binary import auc
 from ktstream.training import precision
 from ktstream.training.precision import supports_autocast
@@ -143,7 +143,7 @@ def test_a_step_cut_by_a_window_is_predicted_from_its_start(name, step):
     base = predict_histories(model, [h], chunk=8)[0]
     moved = np.abs(predict_histories(model, [flipped], chunk=8)[0][8:13] - base[8:13]).max()
     assert moved <= 1e-6, f"{name}: step mates' responses reached members across the cut ({moved:.2e})"
-    served, _ = replay(model, collate([h]))
+    served, _ = predict_stepwise(model, collate([h]))
     assert np.allclose(base, served[0].numpy(), atol=1e-5), f"{name}: windows differ from serving"
 
 
@@ -163,7 +163,7 @@ def test_windows_of_a_mixed_batch_equal_serving(name, make_histories):
     cuts = torch.tensor([w.shape[1] for _, _, w in parts]).cumsum(0)[:-1].tolist()
     assert any(bool(((hist.step_start[:, c] < c) & hist.mask[:, c]).any()) for c in cuts), "no cut inside a step"
     joined = torch.cat([lp for lp, _, _ in parts], dim=1).exp()
-    served, _ = replay(model, hist)
+    served, _ = predict_stepwise(model, hist)
     m = hist.mask
     assert torch.allclose(joined[m], served[m], atol=1e-5), \
         f"{name}: windows differ from serving by {(joined[m] - served[m]).abs().max():.2e}"

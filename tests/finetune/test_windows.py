@@ -7,12 +7,12 @@ import pytest
 
 from ktstream.data.vocab import UNKNOWN, Vocabulary
 from ktstream.finetune.exceptions import FinetuneError
-from ktstream.finetune.replay import build_replay, window_only
+from ktstream.finetune.windows import build_windows, window_only
 
 
 def test_windows_are_cut_by_event_time(stream):
     recs, C, H = stream
-    data = build_replay(recs, C, H)
+    data = build_windows(recs, C, H)
     times = np.array([r["event_time"] for r in recs])
     assert data.counts["train_events"] == int((times < C).sum())
     assert data.counts["select_events"] == int(((times >= C) & (times < C + H)).sum())
@@ -30,7 +30,7 @@ def test_windows_are_cut_by_event_time(stream):
 def test_ids_first_seen_after_cutoff_are_unknown(stream):
     recs, C, H = stream
     late = {**recs[0], "event_id": "late", "item_id": "q-new", "concept_ids": ["c-new"], "event_time": C + 10}
-    data = build_replay(recs + [late], C, H)
+    data = build_windows(recs + [late], C, H)
     assert "q-new" not in data.items and "c-new" not in data.concepts
     h = next(h for h in data.select if "late" in h.event_ids)
     i = h.event_ids.index("late")
@@ -41,7 +41,7 @@ def test_ids_first_seen_after_cutoff_are_unknown(stream):
 def test_base_vocabulary_is_extended_keeping_old_indices(stream):
     recs, C, H = stream
     base_items = Vocabulary(["q-old", "q3"])
-    data = build_replay(recs, C, H, base=(base_items, Vocabulary(["c-old"])))
+    data = build_windows(recs, C, H, base=(base_items, Vocabulary(["c-old"])))
     assert data.items.ids[:2] == ["q-old", "q3"] and data.items.encode("q-old") == 2
     assert data.concepts.ids[0] == "c-old"
     assert data.counts["new_items"] == len(data.items) - len(base_items)
@@ -51,4 +51,4 @@ def test_events_without_clock_are_refused(stream):
     recs, C, H = stream
     undated = {k: v for k, v in recs[0].items() if k != "event_time"}
     with pytest.raises(FinetuneError, match="event_time"):
-        build_replay(recs + [undated], C, H)
+        build_windows(recs + [undated], C, H)

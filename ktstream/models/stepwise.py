@@ -3,7 +3,7 @@
 For every position: the queries of a step are predicted from the state as it
 was when the step began, then each interaction updates the state. Used by the
 prequential evaluation, the equivalence tests and the leakage gate; ``attention_map``
-replays one learner the same way and keeps what an attention model read at every
+steps one learner through the same way and keeps what an attention model read at every
 position (``ktstream explain``, the HTML report's attention figure).
 """
 
@@ -17,7 +17,7 @@ from ktstream.models.base import KTModel, State, where_state
 
 
 @torch.inference_mode()
-def replay(model: KTModel, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State]:
+def predict_stepwise(model: KTModel, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State]:
     """Serving-path predictions (B, T, K) for every position, and the final state."""
     B, T = histories.shape
     state = state if state is not None else model.init_state(B)

@@ -15,7 +15,7 @@ its ids, so the base model's rows keep their indices (see ``warmstart``).
 
 The loader *enforces* the cut: `assert_before` checks the event time of every
 position of every training history and raises `LeakageError` on one at or
-after C (or without a clock); `build_replay` calls it where it builds the
+after C (or without a clock); `build_windows` calls it where it builds the
 training histories, and fine-tuning calls it again on the exact list it hands
 to the trainer.
 """
@@ -62,7 +62,7 @@ def extend_vocabulary(base: Vocabulary | None, ids: Iterable[str]) -> Vocabulary
 
 
 @dataclass
-class ReplayData:
+class TimeWindows:
     cutoff_ms: int
     horizon_ms: int
     items: Vocabulary
@@ -84,8 +84,8 @@ def _scored(histories: list[LearnerHistory], from_ms: int) -> list[np.ndarray]:
     return [h.times >= from_ms / 1000.0 for h in histories]
 
 
-def build_replay(records: Iterable[dict[str, Any]], cutoff_ms: int, horizon_ms: int,
-                 base: tuple[Vocabulary, Vocabulary] | None = None, n_categories: int | None = None) -> ReplayData:
+def build_windows(records: Iterable[dict[str, Any]], cutoff_ms: int, horizon_ms: int,
+                 base: tuple[Vocabulary, Vocabulary] | None = None, n_categories: int | None = None) -> TimeWindows:
     """Cut ``records`` (any order) into the three windows; vocabularies from events < cutoff only."""
     if horizon_ms <= 0:
         raise ValueError(f"horizon must be positive, got {horizon_ms} ms")
@@ -107,7 +107,7 @@ def build_replay(records: Iterable[dict[str, Any]], cutoff_ms: int, horizon_ms: 
     judge = encode(recs, items, concepts)
     assert_before(select, C + H, "selection")
     seen_k = 1 + max(r.get("response", 0) for r in before)
-    data = ReplayData(C, H, items, concepts, n_categories or max(2, seen_k), train, select, _scored(select, C),
+    data = TimeWindows(C, H, items, concepts, n_categories or max(2, seen_k), train, select, _scored(select, C),
                       judge, _scored(judge, C + H))
     data.counts = {"train_events": len(before), "select_events": int(sum(s.sum() for s in data.select_scored)),
                    "judge_events": int(sum(s.sum() for s in data.judge_scored)), "learners": len(judge),

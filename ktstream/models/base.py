@@ -31,7 +31,7 @@ business (ktstream.serving); a family only names the kind of state it keeps
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import torch
 from torch import nn
@@ -84,6 +84,16 @@ class KTModel(nn.Module):
     def update(self, state: State, interaction: Interactions) -> State:
         """A new state after one interaction per learner; ``state`` is left as it was."""
         raise NotImplementedError
+
+    def training_loss(self, batch: Histories, base_loss: Callable[[Histories], tuple[torch.Tensor, int]]
+                      ) -> tuple[torch.Tensor, int]:
+        """The summed training loss of ``batch`` and the number of positions it scores.
+
+        ``base_loss(batch)`` is the trainer's negative log-likelihood of the prequential predictions
+        (chunked, step-aware). A family whose objective adds terms (adversarial, contrastive, a bias
+        branch) overrides this and adds them; the serving path and ``forward`` stay what they are.
+        """
+        return base_loss(batch)
 
     def receptive_field(self) -> int | None:
         """Positions of history a prediction can depend on (None: unbounded, recurrent)."""

@@ -281,7 +281,7 @@ def _train_epoch(model, opt, train, cfg: TrainConfig, rng, device, desc: str, sh
     for hs in tqdm(batches, total=len(batches), disable=not show, desc=desc, leave=False):
         batch = collate(hs).to(device)
         with _step_precision(device, cfg):
-            loss_sum, n = _loss(model, batch, cfg.chunk)
+            loss_sum, n = model.training_loss(batch, lambda b: _loss(model, b, cfg.chunk))
         if n == 0:
             continue
         opt.zero_grad(set_to_none=True)

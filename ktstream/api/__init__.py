@@ -1,0 +1,1 @@
+"""The notebook API: load a data set, train, evaluate, trace learners online, save and load, in a few calls."""

@@ -110,7 +110,12 @@ class Event(BaseModel):
     response: int | None = Field(default=None, ge=0, le=255,
                                  description="ordered category 0..K-1; absent = prediction request")
     event_time: datetime | None = Field(default=None, description="RFC 3339 or epoch milliseconds, within UTC "
-                                                                  "years 1..9999")
+                                                                  "years 1..9999",
+                                        json_schema_extra={"anyOf": [  # what _parse_time accepts, both forms
+                                            {"type": "string", "format": "date-time"},
+                                            {"type": "number", "minimum": MIN_EVENT_TIME_MS,
+                                             "maximum": MAX_EVENT_TIME_MS},
+                                            {"type": "null"}]})
     seq: int | None = Field(default=None, ge=0, le=MAX_INT64, description="source order within the learner")
     step_id: str | None = Field(default=None, max_length=MAX_ID_BYTES)
     elapsed_ms: int | None = Field(default=None, ge=0, le=MAX_INT64)
@@ -250,9 +255,19 @@ class DeadLetter(BaseModel):
     failed_at_ms: int
 
 
+#: JSON Schema dialect of the published schemas (docs/schemas/), and the prefix of their ``$id``.
+SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_ID_PREFIX = "urn:ktstream:schema:"
+
+
 def json_schemas() -> dict[str, Any]:
-    """JSON Schemas of every wire message, keyed by name."""
-    return {m.__name__: m.model_json_schema() for m in (Event, Prediction, DeadLetter)}
+    """JSON Schemas of every wire message, keyed by name, each with its ``$schema`` dialect and ``$id``.
+
+    >>> sorted(json_schemas()["Event"])[:2]
+    ['$id', '$schema']
+    """
+    return {m.__name__: {"$schema": SCHEMA_DIALECT, "$id": f"{SCHEMA_ID_PREFIX}{m.__name__}", **m.model_json_schema()}
+            for m in (Event, Prediction, DeadLetter)}
 
 
 def json_schemas_text() -> str:

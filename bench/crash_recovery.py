@@ -15,7 +15,7 @@ the restores read from the stores' checkpoints.
     python bench/crash_recovery.py --events 200000 --kills 20 --proxy-delay-s 0.05 --proxy-stall-s 3
     python bench/crash_recovery.py --throughput 20000   # no kills: events/s of each guarantee, same input
 
-``--proxy-delay-s`` puts a loopback proxy in front of the broker (tests/faults/delay_proxy.py:
+``--proxy-delay-s`` puts a loopback proxy in front of the broker (tests/support/delay_proxy.py:
 Tansu advertises the proxy's port, so every client request goes through it) that delays every
 reply by that long; with ``--proxy-stall-s`` it also holds all traffic for that long once every
 ``--proxy-stall-every-s``, at moments independent of the kills (restores and commits meet a broker
@@ -40,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout's tests/ (harness, proxy)
 
 from connectors.broker import EmbeddedBroker  # noqa: E402
-from tests.faults.delay_proxy import ProxiedBroker  # noqa: E402
+from tests.support.delay_proxy import ProxiedBroker  # noqa: E402
 from tests.support import state_chaos as chaos  # noqa: E402
 
 

@@ -1,6 +1,6 @@
 """A hostile corpus through the engine and the archiver on the embedded broker: no crash, every offset accounted.
 
-Generates ``--events`` records (tests/faults/hostile.py: valid traffic mixed with every hostile case),
+Generates ``--events`` records (tests/support/hostile.py: valid traffic mixed with every hostile case),
 publishes them to an events topic of an embedded broker (Tansu) on partition crc32(key) % P (keyless:
 0), then runs, each in its own process, the engine (``build_engine`` with the default settings and a
 randomly initialised DKT: the ``ktstream serve`` wiring) and the archiver (``kafka_archiver``, its own
@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.faults.hostile import accounting, as_records, hostile_corpus  # noqa: E402
+from tests.support.hostile import accounting, as_records, hostile_corpus  # noqa: E402
 
 EVENTS, PREDICTIONS = "hostile.events", "hostile.predictions"
 DEAD, ARCHIVE_DEAD = "hostile.dead", "hostile.archive-dead"
@@ -67,7 +67,7 @@ def run_engine(bootstrap: str, partitions: int, ends: dict[int, int], timeout_s:
     from ktstream.models import create
     from ktstream.models.checkpoint import ServingModel
     from ktstream.service import build_engine, tune_process
-    from tests.faults.hostile import CONCEPTS, ITEMS
+    from tests.support.hostile import CONCEPTS, ITEMS
 
     s = settings_for(bootstrap, partitions, "hostile-engine")
     torch.manual_seed(0)

@@ -14,7 +14,7 @@ import torch
 
 from ktstream.data.histories import encode
 from ktstream.exceptions import LeakageError
-from ktstream.finetune import replay as replay_module
+from ktstream.finetune import windows as windows_module
 from ktstream.finetune.finetune import fine_tune, initial_model, segments
 from ktstream.finetune.windows import assert_before, build_windows
 from ktstream.training.trainer import fit
@@ -82,8 +82,8 @@ def test_loader_checks_where_training_histories_are_built(stream, monkeypatch):
     """If the window filter were bypassed, the check in build_windows itself raises."""
     recs, C, H = stream
     bad = poison(recs, C + 5)
-    real = replay_module.encode
-    monkeypatch.setattr(replay_module, "encode", lambda r, i, c: real(list(r) + bad, i, c))
+    real = windows_module.encode
+    monkeypatch.setattr(windows_module, "encode", lambda r, i, c: real(list(r) + bad, i, c))
     with pytest.raises(LeakageError):
         build_windows(recs, C, H)
 

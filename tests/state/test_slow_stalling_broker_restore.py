@@ -28,8 +28,8 @@ from ktstream.core import Output, Record
 from ktstream.models.checkpoint import ServingModel
 from ktstream.service import build_engine
 from ktstream.state import SqliteStore
-from tests.faults.accounting import account
-from tests.faults.delay_proxy import ProxiedBroker
+from tests.support.accounting import account
+from tests.support.delay_proxy import ProxiedBroker
 from tests.state.test_store_engine import setup
 
 pytestmark = [pytest.mark.broker, pytest.mark.slow]

@@ -17,7 +17,7 @@ import pytest
 from ktstream.models.checkpoint import ServingModel
 from ktstream.state import SqliteStore
 from ktstream.state.store import StoreError
-from tests.faults.test_corrupt_store import Broker, assert_exact, committed, engine_over, finish
+from tests.state.test_corrupt_store import Broker, assert_exact, committed, engine_over, finish
 from tests.state.test_store_engine import setup
 
 FULL = ("ev", 1)

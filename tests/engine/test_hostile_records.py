@@ -1,6 +1,6 @@
 """Hostile records through the engine and the archiver: nothing crashes, every input offset is accounted for.
 
-Each case (tests/faults/hostile.py names them after the fault) is mixed into valid traffic and sent
+Each case (tests/support/hostile.py names them after the fault) is mixed into valid traffic and sent
 through the engine (in-memory source and sink, the default processor settings) and through the
 archiver. Every input offset must come out as exactly one prediction or one dead letter among the
 engine's committed outputs, of the kind the case expects, all offsets committed, and the engine must
@@ -26,7 +26,7 @@ from ktstream.engine.engine import Engine
 from ktstream.engine.processor import Processor
 from ktstream.models import create, family
 from ktstream.serving.runner import ModelRunner
-from tests.faults.hostile import CASES, CONCEPTS, ITEMS, MAX_RECORD_BYTES, accounting, as_records, hostile_corpus
+from tests.support.hostile import CASES, CONCEPTS, ITEMS, MAX_RECORD_BYTES, accounting, as_records, hostile_corpus
 
 EVENTS, PREDICTIONS, DEAD = "h.events", "h.predictions", "h.dead"
 PARTITIONS = 3

@@ -16,7 +16,7 @@ from connectors.kafka.committed import read_partition
 from ktstream.config import StateSettings
 from ktstream.core import Output
 from ktstream.engine.exceptions import CommitError
-from tests.connectors_kafka.test_kafka_source_sink import consume, publish
+from tests.connectors.kafka.test_kafka_source_sink import consume, publish
 
 pytestmark = pytest.mark.broker
 

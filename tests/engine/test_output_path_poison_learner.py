@@ -17,7 +17,7 @@ import torch
 from ktstream.core import window_nbytes
 from ktstream.engine.exceptions import EngineError, SinkError
 from ktstream.models.checkpoint import ServingModel
-from tests.faults.test_output_path_oversized_outputs import (CL, PARTS, Broker, assert_each_offset_once,
+from tests.engine.test_output_path_oversized_outputs import (CL, PARTS, Broker, assert_each_offset_once,
                                                               assert_states_equal, drain, setup, start,
                                                               uninterrupted, with_learner)
 

@@ -22,7 +22,7 @@ from ktstream.state import MemoryStore
 from ktstream.state.changelog import changelog_topic, restore, to_changelog
 from ktstream.state.manager import RestoreError, StateManager
 from ktstream.state.metrics import StateMetrics
-from tests.faults.test_zombie_old_owner import Group, Member, Sink
+from tests.state.test_zombie_old_owner import Group, Member, Sink
 from tests.state.test_store_engine import setup
 
 

@@ -26,7 +26,7 @@ from ktstream.serving.runner import ModelRunner
 from ktstream.state import MemoryStore
 from ktstream.state.changelog import changelog_meta, changelog_topic
 from ktstream.state.manager import StateManager
-from tests.faults.accounting import account
+from tests.support.accounting import account
 from tests.state.test_store_engine import setup
 
 CHANGELOG = changelog_topic("ev")

@@ -1,10 +1,9 @@
 """Model-based figures for sample learners: concept mastery over time, and attention heatmaps.
 
-Mastery. No family here exports per-concept mastery, so it is read off the
-serving path the way a platform would ask: after each of the learner's
-interactions, the model is asked (``predict``, which never mutates the state)
-for its P(correct) on every item of a concept seen in the events, and the mean
-over those items is the concept's curve (ordinal models: expected score / (K-1)).
+Mastery. ``ktstream.serving.mastery.mastery_curves`` reads it off the serving
+path after each of the learner's interactions: the mean predicted score
+(P(correct); ordinal models: expected score / (K-1)) over the concept's items
+seen in the events.
 Where ``describe`` gives an IRT ability theta, it is drawn too. Dots mark the
 learner's real attempts at the concept: filled correct (ordinal: upper half of
 the scale), hollow not.
@@ -19,51 +18,19 @@ from collections import Counter
 from typing import Sequence
 
 import numpy as np
-import torch
 
-from ktstream.data.histories import Interactions, collate, encode_learner, group_by_learner
+from ktstream.data.histories import collate, encode_learner, group_by_learner
 from ktstream.data.vocab import Vocabulary
-from ktstream.models.base import KTModel, select_state
+from ktstream.models.base import KTModel
 from ktstream.models.stepwise import attention_map
 from ktstream.reports.figures import plt, to_png
+from ktstream.serving.mastery import mastery_curves
 
 
 def sample_learners(records: Sequence[dict], n: int) -> list[str]:
     """The ``n`` learners with the most interactions (ties: id order), for a stable choice."""
     counts = Counter(r["learner_id"] for r in records if r.get("response") is not None)
     return [lid for lid, _ in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]]
-
-
-def _score(model: KTModel, probs: torch.Tensor) -> torch.Tensor:
-    if model.n_categories == 2:
-        return probs[:, 1]
-    return (probs * torch.arange(model.n_categories, dtype=probs.dtype)).sum(-1) / (model.n_categories - 1)
-
-
-@torch.inference_mode()
-def concept_curves(model: KTModel, items: Vocabulary, concepts: Vocabulary, learner: list[dict],
-                   probes: dict[str, list[str]]) -> tuple[np.ndarray, np.ndarray | None]:
-    """(T+1, C) mean probe score per concept after 0..T interactions, and theta (T+1,) when described."""
-    hist = collate([encode_learner(learner[0]["learner_id"], learner, items, concepts)])
-    names = list(probes)
-    q_items = torch.tensor([items.encode(i) for c in names for i in probes[c]])  # (Q,)
-    q_conc = torch.tensor([[concepts.encode(c)] for c in names for _ in probes[c]])  # (Q, 1)
-    owner = torch.tensor([j for j, c in enumerate(names) for _ in probes[c]])
-    Q = len(q_items)
-    query = Interactions(q_items, q_conc, torch.full((Q,), -1), torch.full((Q,), float("nan"), dtype=torch.float64))
-    state, rows, thetas = model.init_state(1), [], []
-    for t in range(hist.shape[1] + 1):
-        if t > 0 and int(hist.responses[0, t - 1]) >= 0:
-            state = model.update(state, hist.at(t - 1))
-        query.times[:] = hist.times[0, min(t, hist.shape[1] - 1)]
-        wide = select_state(state, torch.zeros(Q, dtype=torch.long))  # the learner's state, once per probe
-        score = _score(model, model.predict(wide, query)).double()
-        rows.append(torch.zeros(len(names), dtype=torch.float64).index_add_(0, owner, score)
-                    / torch.bincount(owner, minlength=len(names)))
-        _, info = model.predict(wide, query, describe=True)
-        if "theta" in info:  # ability as read through each probe item; averaged over the probes
-            thetas.append(float(info["theta"].reshape(Q, -1)[:, 0].mean()))
-    return torch.stack(rows).numpy(), (np.array(thetas) if len(thetas) == len(rows) else None)
 
 
 def mastery_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, records: Sequence[dict],
@@ -88,7 +55,7 @@ def mastery_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, reco
             ax.set_title(f"learner {lid}: no concept ids in the events")
             continue
         probes = {c: [i for i, _ in seen[c].most_common(items_per_concept)] for c in top}
-        curves, theta = concept_curves(model, items, concepts, recs, probes)
+        curves, theta = mastery_curves(model, items, concepts, recs, probes)
         x = np.arange(len(curves))
         for j, c in enumerate(top):
             line, = ax.plot(x, curves[:, j], lw=1.6, label=f"concept {c} ({len(probes[c])} items)")

@@ -42,7 +42,7 @@ class WindowedCacheLayout(Layout):
         m = self.model
         if previous is not None and all(t.device.type == "cpu" for t in state.values()):
             # one entry written per learner, not a window copied; ``state`` may be cut (filled_slots)
-            if m.encoders:
+            if reads_cache(m):
                 new = m.appended(state, interaction).new
                 return self.arena().append(previous, entry_arrays(new, interaction.times, self.dtype))
             return self.append_entries(previous, self._entries(interaction))  # no key space
@@ -51,7 +51,7 @@ class WindowedCacheLayout(Layout):
     def entries(self, interactions: Interactions) -> dict[str, np.ndarray] | None:
         """The cache entries of the interactions, when no encoder stack attends over the cache on the
         way in (they depend on the interactions alone) and windows live in the arena (CPU)."""
-        if self.model.encoders or self.model.head[0].weight.device.type != "cpu":
+        if reads_cache(self.model) or self.model.head[0].weight.device.type != "cpu":
             return None
         return self._entries(interactions)
 
@@ -75,8 +75,14 @@ class WindowedCacheLayout(Layout):
         if not isinstance(states[0], WindowState) and states[0]["count"].device.type != "cpu":
             return None
         m = self.model
-        filled = 0 if update and not m.encoders else min(m.window, max(count_of(s) for s in states))
+        filled = 0 if update and not reads_cache(m) else min(m.window, max(count_of(s) for s in states))
         return None if filled == m.window else dict.fromkeys([*m.cache_dims(), "time"], filled)
+
+
+def reads_cache(model: WindowedKT) -> bool:
+    """Whether what an update appends reads the cache: encoder stacks attend over it, or the family
+    says so (``appends_from_cache``: DisKT's key of an interaction is a retriever read)."""
+    return bool(model.encoders) or getattr(model, "appends_from_cache", False)
 
 
 def shift_rows(ks: kvcache.KeySpace, dtype: torch.dtype) -> list[State]:

@@ -102,7 +102,7 @@ class Service:
         self.server: MetricsServer | None = None
         if http:
             m = self.engine.metrics
-            self.server = MetricsServer(m.exposition, self.engine.healthy, self.engine.ready,
+            self.server = MetricsServer(m.registry, self.engine.healthy, self.engine.ready,
                                         settings.metrics.host, settings.metrics.port)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -99,6 +99,24 @@ ROWS = [
             ("{{instance}}", f"sum by (instance) (increase(ktstream_drift_alarms_total{{{ENGINE}}}[$__rate_interval]))")],
          "ADWIN alarms on |response - p_correct|: a significant change in the error level."),
     ]),
+    ("Process (engine and trainer)", [
+        ("Resident memory", "timeseries", "bytes", [
+            ("engine {{instance}}", f"process_resident_memory_bytes{{{ENGINE}}}"),
+            ("trainer {{instance}}", f"process_resident_memory_bytes{{{TRAINER}}}")],
+         "Resident set size of each process (prometheus_client's process collector). The engine's grows with "
+         "its learner states up to about engine.cache_max_bytes plus the model and the runtime; keep it well "
+         "below the container's memory limit (docs/operations.md, Capacity planning)."),
+        ("CPU", "timeseries", "percentunit", [
+            ("engine {{instance}}", f"rate(process_cpu_seconds_total{{{ENGINE}}}[$__rate_interval])"),
+            ("trainer {{instance}}", f"rate(process_cpu_seconds_total{{{TRAINER}}}[$__rate_interval])")],
+         "CPU seconds per second of each process (1 = one core busy). An engine near its CPU limit with lag "
+         "rising needs more instances or torch threads; compare with the loop-time panel."),
+        ("Open file descriptors", "timeseries", "short", [
+            ("open {{instance}}", f"process_open_fds{{{ENGINE}}}"),
+            ("limit {{instance}}", f"process_max_fds{{{ENGINE}}}")],
+         "Sockets, state store files and libraries held by each engine, against its limit. A count that keeps "
+         "growing is a leak; near the limit, connections and store files start failing."),
+    ]),
     ("Fine-tuning", [
         ("Cycles by outcome (24 h)", "timeseries", "short", [
             ("{{outcome}}", f"sum by (outcome) (increase(ktstream_finetune_runs_total{{{TRAINER}}}[1d]))")],

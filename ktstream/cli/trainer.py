@@ -41,8 +41,8 @@ def run(args) -> int:
         cycle = trainer.run_once()
         print(json.dumps(cycle.to_dict() if cycle else {"outcome": "not_due"}, indent=1, default=str))
         return 0
-    if settings.metrics_port is not None:
-        trainer.metrics.serve(settings.metrics_port, settings.metrics_host)
+    server = None if settings.metrics_port is None else trainer.metrics.serve(settings.metrics_port,
+                                                                              settings.metrics_host)
     stopping = []
 
     def stop(signum, frame) -> None:
@@ -57,4 +57,6 @@ def run(args) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if server is not None:
+            server.close()
     return 0

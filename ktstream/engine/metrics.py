@@ -3,6 +3,9 @@
 Names follow Prometheus conventions: a ``ktstream_`` prefix, base units in the
 name (seconds, bytes), counters ending in ``_total``. docs/engine.md lists every
 series with its meaning; ``SERIES`` below is that list, checked by the tests.
+The registry also carries prometheus_client's standard ``process_*`` series (memory,
+CPU, open file descriptors; Linux only) and ``python_info`` (``with_process_series``),
+as the default registry would.
 """
 
 from __future__ import annotations
@@ -11,7 +14,8 @@ from collections import Counter as Tally, deque
 from typing import TYPE_CHECKING
 
 import numpy as np
-from prometheus_client import CollectorRegistry, Counter, Gauge, Info, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Info, PlatformCollector, ProcessCollector, \
+    generate_latest
 
 from ktstream.engine.quality import OnlineQuality
 from ktstream.histogram import BatchHistogram
@@ -37,13 +41,31 @@ SERIES = (
     "ktstream_batch_retries_total",
     "ktstream_model_load_failures_total", "ktstream_state_stores_quarantined_total",
 )
+#: The standard series every ktstream registry carries besides its own (``with_process_series``).
+PROCESS_SERIES = ("process_resident_memory_bytes", "process_virtual_memory_bytes", "process_cpu_seconds_total",
+                  "process_open_fds", "process_max_fds", "process_start_time_seconds", "python_info")
+
+
+def with_process_series(registry: CollectorRegistry) -> CollectorRegistry:
+    """Add the process collector (``process_*``: memory, CPU, file descriptors, start time; read from
+    /proc, so Linux only) and the platform collector (``python_info``) to ``registry``.
+
+    >>> r = with_process_series(CollectorRegistry())
+    >>> r.get_sample_value("process_resident_memory_bytes") > 0
+    True
+    """
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return registry
+
+
 #: Phases of the engine loop timed by ``ktstream_loop_seconds_total`` (ktstream.engine.engine.Engine.step).
 LOOP_PHASES = ("poll", "process", "send", "flush", "commit", "apply", "gc")
 
 
 class EngineMetrics:
     def __init__(self, quality_window: int = 1000, calibration_bins: int = 10, recent: int = 10_000):
-        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.registry = r = with_process_series(CollectorRegistry(auto_describe=True))
         self.consumed = Counter("ktstream_events_consumed", "Input records polled (valid or not).", registry=r)
         self.predicted = Counter("ktstream_predictions_produced", "Predictions flushed to the sink.", registry=r)
         self.dead = Counter("ktstream_dead_letters", "Records sent to the dead-letter topic.", ["reason"], registry=r)

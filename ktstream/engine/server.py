@@ -1,15 +1,19 @@
-"""The engine's HTTP endpoints: ``/metrics`` (Prometheus text), ``/healthz`` and ``/readyz``.
+"""The HTTP endpoints of every long-running command: ``/metrics``, ``/healthz``, ``/readyz``, and any
+read-only routes the caller adds (the engine's ``/learners/{id}`` and ``/instances``).
 
-``/healthz`` answers 200 while the engine loop is alive (it has polled within
-the liveness window) and 503 otherwise; ``/readyz`` answers 200 once the
-model is loaded and the consumer has joined its group, 503 before. Both take
-plain callables so this module knows nothing of the engine.
+``/metrics`` is prometheus_client's own exposition of a registry, with its content
+negotiation: the Prometheus text format, or OpenMetrics when the scraper's ``Accept``
+header asks for ``application/openmetrics-text``. ``/healthz`` answers 200 while
+``healthy()`` holds and 503 otherwise; ``/readyz`` the same with ``ready()``. Both take
+plain callables so this module knows nothing of the engine or the trainer
+(ktstream.finetune.metrics serves the trainer's registry with this same class).
 
 Bounded by construction, so that slow or idle clients cannot starve the probes:
 one thread reads request heads from every connection at once (a selector), so
 a connection costs a socket, not a thread; a connection that has not sent its
 whole request head within ``request_timeout_s`` is closed; at most
 ``max_connections`` wait for their heads (beyond that the oldest is closed);
+a request head is at most ``MAX_HEAD_BYTES`` (no request bodies: GET and HEAD only);
 and complete requests are answered by ``workers`` threads. Responses close the
 connection (HTTP/1.0 style), as http.server's default did.
 """
@@ -21,19 +25,46 @@ import socket
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Callable
+from urllib.parse import parse_qs, unquote, urlsplit
 
-from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import CollectorRegistry, disable_created_metrics
+from prometheus_client.exposition import choose_encoder
+
+# No ``_created`` series: one per counter and histogram doubles the series count for a value
+# nobody graphs (a restart shows as a counter reset already). Process-wide, as the setting is.
+disable_created_metrics()
 
 MAX_HEAD_BYTES = 8192
 REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-           431: "Request Header Fields Too Large", 500: "Internal Server Error", 503: "Service Unavailable"}
+           421: "Misdirected Request", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
+           503: "Service Unavailable"}
+
+
+@dataclass(frozen=True)
+class Request:
+    """A request as a route sees it: the decoded path, the query string's values, the headers
+    (names lower-case)."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]] = field(default_factory=dict)
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+#: A route: request -> (status code, content type, body). It runs on a worker thread.
+Handler = Callable[[Request], tuple[int, str, bytes]]
 
 
 class MetricsServer:
-    """Serve on ``host:port`` (port 0: any free port, see ``.port``) from a daemon thread.
+    """Serve ``registry`` and the probes on ``host:port`` (port 0: any free port, see ``.port``) from a
+    daemon thread. ``routes``: more paths (a key ending in ``/`` takes every path under it).
 
-    >>> srv = MetricsServer(lambda: b"x 1\\n", lambda: True, lambda: False, port=0)
+    >>> from prometheus_client import CollectorRegistry, Gauge
+    >>> registry = CollectorRegistry()
+    >>> Gauge("demo_up", "Demo.", registry=registry).set(1)
+    >>> srv = MetricsServer(registry, lambda: True, lambda: False, port=0)
     >>> import urllib.request, urllib.error
     >>> urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/healthz").status
     200
@@ -42,17 +73,25 @@ class MetricsServer:
     ... except urllib.error.HTTPError as exc:
     ...     print(exc.code)
     503
+    >>> asks = urllib.request.Request(f"http://127.0.0.1:{srv.port}/metrics",
+    ...                               headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+    >>> with urllib.request.urlopen(asks) as r:
+    ...     r.headers["Content-Type"].split(";")[0], r.read().decode().splitlines()[-1]
+    ('application/openmetrics-text', '# EOF')
     >>> srv.close()
     """
 
-    def __init__(self, exposition: Callable[[], bytes], healthy: Callable[[], bool], ready: Callable[[], bool],
+    def __init__(self, registry: CollectorRegistry, healthy: Callable[[], bool], ready: Callable[[], bool],
                  host: str = "127.0.0.1", port: int = 9464, request_timeout_s: float = 5.0,
-                 max_connections: int = 64, workers: int = 2):
-        self.routes = {
-            "/metrics": lambda: (200, CONTENT_TYPE_LATEST, exposition()),
-            "/healthz": lambda: _status(healthy(), "alive", "stalled"),
-            "/readyz": lambda: _status(ready(), "ready", "not ready"),
+                 max_connections: int = 64, workers: int = 2, routes: dict[str, Handler] | None = None):
+        self.registry = registry
+        self.routes: dict[str, Handler] = {
+            "/metrics": self._exposition,
+            "/healthz": lambda req: _status(healthy(), "alive", "stalled"),
+            "/readyz": lambda req: _status(ready(), "ready", "not ready"),
+            **(routes or {}),
         }
+        self._prefixes = sorted((p for p in self.routes if p.endswith("/")), key=len, reverse=True)
         self.request_timeout_s, self.max_connections = request_timeout_s, max_connections
         self._listener = socket.create_server((host, port), backlog=128)
         self._listener.setblocking(False)
@@ -66,6 +105,14 @@ class MetricsServer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="ktstream-http", daemon=True)
         self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def _exposition(self, request: Request) -> tuple[int, str, bytes]:
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        return 200, content_type, encoder(self.registry)
 
     # -- the selector thread ------------------------------------------------
     def _serve(self) -> None:
@@ -138,17 +185,25 @@ class MetricsServer:
     def _answer(self, head: bytes) -> tuple[int, str, bytes, str]:
         if len(head) > MAX_HEAD_BYTES:
             return 431, "text/plain", b"request head too large\n", "GET"
-        parts = head.split(b"\n", 1)[0].decode("latin-1").split()
+        lines = head.decode("latin-1").splitlines()
+        parts = lines[0].split() if lines else []
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
             return 400, "text/plain", b"bad request\n", "GET"
         method, target = parts[0], parts[1]
         if method not in ("GET", "HEAD"):
             return 405, "text/plain", b"GET or HEAD only\n", method
-        route = self.routes.get(target.split("?", 1)[0])
+        url = urlsplit(target)
+        path = unquote(url.path)
+        route = self.routes.get(path) or next((self.routes[p] for p in self._prefixes if path.startswith(p)), None)
         if route is None:
             return 404, "text/plain", b"not found\n", method
+        headers = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
         try:
-            code, ctype, body = route()
+            code, ctype, body = route(Request(method, path, parse_qs(url.query), headers))
         except Exception as exc:  # noqa: BLE001  (a failing callable is the engine's problem, not the client's)
             return 500, "text/plain", f"{type(exc).__name__}: {exc}\n".encode(), method
         return code, ctype, body, method

@@ -2,13 +2,18 @@
 
 Names follow ktstream's conventions (``ktstream_`` prefix, units in the name,
 counters ending in ``_total``). ``SERIES`` lists them; docs/finetuning.md explains each.
+``serve`` answers ``/metrics``, ``/healthz`` and ``/readyz`` with the engine's HTTP server
+(ktstream.engine.server: bounded, content negotiation, the standard ``process_*`` series).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
+
+from ktstream.engine.metrics import with_process_series
+from ktstream.engine.server import MetricsServer
 
 if TYPE_CHECKING:
     from ktstream.finetune.scheduler import CycleResult
@@ -21,7 +26,7 @@ SERIES = ("ktstream_finetune_runs_total", "ktstream_finetune_duration_seconds", 
 
 class FinetuneMetrics:
     def __init__(self):
-        self.registry = r = CollectorRegistry(auto_describe=True)
+        self.registry = r = with_process_series(CollectorRegistry(auto_describe=True))
         self.runs = Counter("ktstream_finetune_runs", "Fine-tuning cycles by outcome.", ["outcome"], registry=r)
         self.duration = Histogram("ktstream_finetune_duration_seconds", "Wall time of a cycle (replay to decision).",
                                   buckets=DURATION_BUCKETS, registry=r)
@@ -54,5 +59,7 @@ class FinetuneMetrics:
     def text(self) -> str:
         return generate_latest(self.registry).decode()
 
-    def serve(self, port: int, host: str = "127.0.0.1") -> None:
-        start_http_server(port, addr=host, registry=self.registry)
+    def serve(self, port: int, host: str = "127.0.0.1") -> MetricsServer:
+        """The trainer's endpoints until ``close()``: ``/healthz`` and ``/readyz`` answer 200 while the
+        process runs (a fine-tuning cycle may take an hour of one thread: liveness is the process's)."""
+        return MetricsServer(self.registry, lambda: True, lambda: True, host, port)

@@ -4,7 +4,7 @@ The scrape runs the real engine (``ktstream.service.Service``, HTTP
 server included, port 0) over an in-memory source holding a small simulated
 stream plus a malformed record, so every series the engine exports has samples;
 and the trainer's registry (``ktstream.finetune.metrics.FinetuneMetrics``)
-through prometheus_client's HTTP server, after one made-up cycle.
+through the same server (``FinetuneMetrics.serve``), after one made-up cycle.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import zlib
 import pytest
 import torch
 from tests.deploy.deploy_support import scrape
-from prometheus_client import start_http_server
 
 
 def _engine_records(topic: str):
@@ -36,7 +35,8 @@ def _engine_records(topic: str):
 
 @pytest.fixture(scope="session")
 def live_series():
-    """{"engine": samples, "trainer": samples, "health": {path: status}} from live HTTP scrapes."""
+    """{"engine": samples, "trainer": samples, "health" / "trainer_health": {path: status}} from live HTTP
+    scrapes."""
     from ktstream.config import load_settings
     from ktstream.data.histories import build_vocabularies
     from ktstream.engine.records import MemorySink, MemorySource
@@ -69,11 +69,10 @@ def live_series():
     fm.observe(CycleResult(1_700_000_000_000, 86_400_000, "promoted", "v000002", "v000001",
                            {"comparison": comparison}, {}, {}, 12.0))
     fm.failed(5.0)
-    server, thread = start_http_server(0, addr="127.0.0.1", registry=fm.registry)  # what FinetuneMetrics.serve runs
+    server = fm.serve(0)  # what `ktstream trainer` runs
     try:
-        trainer = scrape(f"http://127.0.0.1:{server.server_port}/metrics")
+        trainer = scrape(f"{server.url}/metrics")
+        trainer_health = {p: urllib.request.urlopen(server.url + p, timeout=10).status for p in ("/healthz", "/readyz")}
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-    return {"engine": engine, "trainer": trainer, "health": health}
+        server.close()
+    return {"engine": engine, "trainer": trainer, "health": health, "trainer_health": trainer_health}

@@ -11,8 +11,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
-METRIC = re.compile(r"\b(ktstream_[a-z0-9_]+)\b")
-SELECTOR = re.compile(r"\b(ktstream_[a-z0-9_]+)\{([^}]*)\}")
+METRIC = re.compile(r"\b((?:ktstream|process|python)_[a-z0-9_]+)\b")
+SELECTOR = re.compile(r"\b((?:ktstream|process|python)_[a-z0-9_]+)\{([^}]*)\}")
 MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
 
 

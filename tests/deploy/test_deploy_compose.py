@@ -208,3 +208,18 @@ def test_compose_config_files_load_with_the_cli_loaders(compose):
 def test_engine_config_keeps_secrets_out():
     text = (DEPLOY / "compose" / "ktstream.yaml").read_text()
     assert "sasl_password" not in text, "secrets go in KTSTREAM_KAFKA__SASL_PASSWORD, not the config file"
+
+
+def test_grafana_admin_password_is_required_not_a_default(compose):
+    """No admin/admin: compose refuses to start until GRAFANA_ADMIN_PASSWORD is set (``${VAR:?...}``)."""
+    env = compose["services"]["grafana"]["environment"]
+    password = env["GF_SECURITY_ADMIN_PASSWORD"]
+    assert password.startswith("${GRAFANA_ADMIN_PASSWORD:?"), password
+    assert "GRAFANA_ADMIN_PASSWORD" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_trainer_healthcheck_asks_its_own_server(compose):
+    trainer = compose["services"]["trainer"]
+    check = " ".join(trainer["healthcheck"]["test"])
+    (doc,) = load_yaml_docs(DEPLOY / "compose" / "trainer.yaml")
+    assert f"127.0.0.1:{doc['trainer']['metrics_port']}/healthz" in check, check

@@ -22,6 +22,7 @@ REQUIRED = {  # fallback: fields the API server rejects a manifest without
     "PodDisruptionBudget": ["spec.selector"],
     "Namespace": [],
     "PodMonitor": ["spec.selector", "spec.podMetricsEndpoints"],
+    "PrometheusRule": ["spec.groups"],
 }
 
 
@@ -59,7 +60,8 @@ def test_kustomization_lists_existing_files():
     for resource in kust["resources"]:
         assert (K8S / resource).is_file(), resource
     listed = set(kust["resources"])
-    assert {p.name for p in K8S.glob("*.yaml")} - listed - {"kustomization.yaml"} == {"podmonitor.yaml"}
+    assert {p.name for p in K8S.glob("*.yaml")} - listed - {"kustomization.yaml"} == {"podmonitor.yaml",
+                                                                                   "prometheusrule.yaml"}
 
 
 def test_statefulset_probes_state_and_grace():

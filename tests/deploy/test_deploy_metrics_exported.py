@@ -93,3 +93,44 @@ def test_engine_series_list_is_exported(live_series):
 
     assert all(present(n, live_series["engine"]) for n in SERIES), sorted(live_series["engine"])
     assert all(present(n, live_series["trainer"]) for n in TRAINER_SERIES), sorted(live_series["trainer"])
+
+
+@pytest.mark.parametrize("service", ["engine", "trainer"])
+def test_standard_process_series_are_exported_and_no_created_series(live_series, service):
+    from ktstream.engine.metrics import PROCESS_SERIES
+
+    samples = live_series[service]
+    missing = [n for n in PROCESS_SERIES if n not in samples]
+    assert not missing, f"the {service} exports no {missing}"
+    created = sorted(n for n in samples if n.endswith("_created"))
+    assert not created, f"the {service} writes _created series: {created}"
+
+
+def test_the_trainer_answers_its_probes(live_series):
+    assert live_series["trainer_health"] == {"/healthz": 200, "/readyz": 200}
+
+
+def test_metrics_negotiate_openmetrics_and_fall_back_to_prometheus_text():
+    """A scraper asking for OpenMetrics gets it (counters as families without _total, # EOF at the end);
+    any other Accept header gets the Prometheus text format."""
+    import urllib.request
+
+    from ktstream.engine.metrics import EngineMetrics
+    from ktstream.engine.server import MetricsServer
+
+    metrics = EngineMetrics()
+    metrics.consumed.inc(3)
+    with MetricsServer(metrics.registry, lambda: True, lambda: True, port=0) as srv:
+        def get(accept: str | None) -> tuple[str, str]:
+            req = urllib.request.Request(f"{srv.url}/metrics", headers={"Accept": accept} if accept else {})
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.headers["Content-Type"], r.read().decode()
+
+        ctype, text = get("application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5")
+        assert ctype.startswith("application/openmetrics-text") and text.endswith("# EOF\n")
+        assert "# TYPE ktstream_events_consumed counter" in text and "ktstream_events_consumed_total 3.0" in text
+        assert "_created" not in text
+        for accept in (None, "text/plain", "*/*"):
+            ctype, text = get(accept)
+            assert ctype.startswith("text/plain; version=0.0.4") and "# EOF" not in text
+            assert "ktstream_events_consumed_total 3.0" in text and "process_resident_memory_bytes" in text

@@ -34,6 +34,7 @@ def test_rules_schema():
             assert "for" not in rule or DURATION.match(rule["for"]), rule["for"]
             assert rule["labels"]["severity"] in {"critical", "warning", "info"}, rule["alert"]
             assert rule["annotations"]["summary"], rule["alert"]
+            assert rule["annotations"]["runbook_url"], rule["alert"]
             names.append(rule["alert"])
     assert len(names) == len(set(names)), "alert names are unique"
     for needed in ("KTStreamConsumerLagGrowing", "KTStreamDeadLetterRate", "KTStreamEndToEndLatencyP99High",
@@ -107,3 +108,59 @@ def test_dashboard_covers_what_operators_need():
         assert p["description"] and p["datasource"]["uid"] == "${datasource}", p["title"]
         g = p["gridPos"]
         assert g["x"] + g["w"] <= 24
+
+
+def _alerts(doc: dict) -> list[dict]:
+    return [r for g in doc["groups"] for r in g["rules"]]
+
+
+def test_every_alert_links_its_runbook_section_in_operations_md():
+    """runbook_url: docs/operations.md's section of that alert, which exists and names it."""
+    ops = (DEPLOY.parent / "docs" / "operations.md").read_text(encoding="utf-8")
+    anchors = {re.sub(r"[^a-z0-9 _-]", "", h.strip().lower()).replace(" ", "-")
+               for h in re.findall(r"^#+ (.+)$", ops, re.M)}
+    (doc,) = load_yaml_docs(PROM / "rules.yml")
+    for rule in _alerts(doc):
+        url = rule["annotations"]["runbook_url"]
+        page, _, anchor = url.partition("#")
+        assert page.endswith("/docs/operations.md") and anchor == rule["alert"].lower(), url
+        assert anchor in anchors, f"docs/operations.md has no section '### {rule['alert']}' for {url}"
+
+
+def _build_prometheusrule_module():
+    spec = importlib.util.spec_from_file_location("build_prometheusrule", PROM / "build_prometheusrule.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_prometheusrule_manifest_holds_exactly_the_rules_file():
+    """deploy/kubernetes/prometheusrule.yaml (Prometheus Operator) = rules.yml's groups, regenerated."""
+    module = _build_prometheusrule_module()
+    path = DEPLOY / "kubernetes" / "prometheusrule.yaml"
+    assert path.read_text(encoding="utf-8") == module.render(), \
+        "prometheusrule.yaml is stale: run python deploy/prometheus/build_prometheusrule.py"
+    (manifest,) = load_yaml_docs(path)
+    (rules,) = load_yaml_docs(PROM / "rules.yml")
+    assert manifest["kind"] == "PrometheusRule" and manifest["apiVersion"] == "monitoring.coreos.com/v1"
+    assert manifest["spec"]["groups"] == rules["groups"]
+
+
+@needs_promtool
+def test_prometheusrule_groups_pass_promtool(tmp_path):
+    (manifest,) = load_yaml_docs(DEPLOY / "kubernetes" / "prometheusrule.yaml")
+    import yaml
+
+    rules = tmp_path / "rules.yml"
+    rules.write_text(yaml.safe_dump({"groups": manifest["spec"]["groups"]}), encoding="utf-8")
+    out = subprocess.run([PROMTOOL, "check", "rules", str(rules)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_dashboard_has_process_panels():
+    """Memory, CPU and file descriptors of the processes, from the standard process_* series."""
+    board = json.loads((DEPLOY / "grafana" / "dashboards" / "ktstream.json").read_text())
+    exprs = " ".join(t["expr"] for p in board["panels"] for t in p.get("targets", []))
+    for series in ("process_resident_memory_bytes", "process_cpu_seconds_total", "process_open_fds",
+                   "process_max_fds"):
+        assert series in exprs, f"no panel shows {series}"

@@ -9,9 +9,11 @@
   questions' representations (keys, same projection as the query) and reads
   the knowledge representations (values).
 - Monotonic attention: every attention's logits decay with the distance to the
-  key at a learned non-negative rate per head (``attention``); AKT's
-  context-aware distance is replaced by the plain distance, in interactions and
-  in seconds, so cached keys never need recomputation.
+  key at a learned non-negative rate per head (``attention``). By default the
+  plain distance, in interactions and in seconds; ``position="context"`` is
+  AKT's context-aware distance, computed at query time from the query's own
+  first-pass weights, so cached keys never need recomputation either way
+  (other variants: ``attention.POSITIONS``).
 
 Encoder representations of an interaction are computed once, when it is
 appended, over its own window (``windowed``). Options: the time-decay relation
@@ -41,11 +43,14 @@ class AKT(WindowedKT):
     def __init__(self, n_items: int, n_concepts: int, n_categories: int = 2, dim: int = 64, heads: int = 4,
                  window: int = 200, question_layers: int = 1, knowledge_layers: int = 1, layers: int = 1,
                  dropout: float = 0.1, ffn: int = 128, time_decay: bool = False, relation_dim: int = 16,
-                 shared_heads: int = 0, routed_topk: int = 0, cache_dtype: str = "float32", l2: float = 1e-5):
+                 shared_heads: int = 0, routed_topk: int = 0, cache_dtype: str = "float32", l2: float = 1e-5,
+                 position: str = "monotonic"):
         super().__init__(n_items, n_concepts, n_categories, dim, heads, window, layers, dropout, ffn, time_decay,
                          relation_dim, shared_heads, routed_topk, cache_dtype, kq_same=True,
-                         encoder_layers={"question": question_layers, "interaction": knowledge_layers})
-        self._config.update(question_layers=question_layers, knowledge_layers=knowledge_layers, l2=l2)
+                         encoder_layers={"question": question_layers, "interaction": knowledge_layers},
+                         position=position)
+        self._config.update(question_layers=question_layers, knowledge_layers=knowledge_layers, l2=l2,
+                            position=position)
         self.l2 = l2
         self.rasch = RaschEmbedding(n_items, n_concepts, n_categories, dim)
 

@@ -11,7 +11,23 @@ Per head h, over the keys a query may see (``Window.allowed``) plus a learned
 
 (the monotonic attention of AKT: the weight of a key decays exponentially with
 its distance ``d``, at a learned non-negative rate per head; ``s`` is elapsed
-seconds, whose term is 0 when either side has no clock). With the time-decay
+seconds, whose term is 0 when either side has no clock). That distance term is
+the default of four position variants (option ``position``, ``position_bias``):
+
+- ``monotonic``: ``-softplus(theta_h) d`` as above;
+- ``relative``: a learned bias per head and distance bucket, T5's log-spaced
+  buckets up to the window (Shaw, Uszkoreit & Vaswani, NAACL 2018; Raffel et
+  al., JMLR 2020);
+- ``alibi``: ``-m_h d`` with fixed slopes ``m_h = 2^(-8h/H)`` (ALiBi: Press,
+  Smith & Lewis, ICLR 2022);
+- ``context``: AKT's context-aware distance (Ghosh, Heffernan & Lan, KDD 2020),
+  ``-softplus(theta_h) d gamma_tj``, ``gamma_tj`` the query's first-pass
+  weights (softmax of the dot products alone, detached) summed over the
+  visible keys nearer to it than j. It is computed at query time from the
+  query's own weights, so cached keys/values never depend on later keys.
+
+Every variant is a bias added before the one softmax and the masks, so masked
+keys keep exactly 0 weight and position stays out of the cache. With the time-decay
 relation on (RKT; "Rethinking positional embedding"), per head
 
     beta = lambda_h alpha + (1 - lambda_h) R,
@@ -107,6 +123,49 @@ class TimeDecayRelation(nn.Module):
         return lam * alpha + (1 - lam) * rel
 
 
+POSITIONS = ("monotonic", "relative", "alibi", "context")
+RELATIVE_BUCKETS = 32  # T5's default: distances under 16 get a bucket each, the rest log-spaced to the window
+
+
+def alibi_slopes(heads: int) -> torch.Tensor:
+    """ALiBi's fixed head slopes ``m_h = 2^(-8h/H)``, h = 1..H (Press et al., ICLR 2022)."""
+    return torch.tensor([2.0 ** (-8.0 * h / heads) for h in range(1, heads + 1)])
+
+
+def relative_buckets(max_distance: int, buckets: int = RELATIVE_BUCKETS) -> torch.Tensor:
+    """Bucket of every distance 0..``max_distance`` (long, (max_distance + 1,)): T5's one-sided buckets.
+
+    With no more distances than buckets every distance has its own (plain clipping at the window);
+    otherwise distances under ``buckets // 2`` have one each and the rest share log-spaced buckets up
+    to ``max_distance``, which lands in the last. A table, so both paths look up the same buckets.
+    """
+    if max_distance < buckets:
+        return torch.arange(max_distance + 1)
+    exact = buckets // 2
+    out = []
+    for d in range(max_distance + 1):
+        if d < exact:
+            out.append(d)
+        else:
+            out.append(min(buckets - 1, exact + int(math.log(d / exact) / math.log(max_distance / exact)
+                                                       * (buckets - exact))))
+    return torch.tensor(out)
+
+
+def context_distance(dist: torch.Tensor, first: torch.Tensor, self_weight: torch.Tensor | None) -> torch.Tensor:
+    """AKT's context-aware distance (B, H, Tq, S): ``dist`` (.., Tq, S) times the first-pass weight of
+    the keys nearer to the query than each key.
+
+    ``first`` (B, H, Tq, S) the query's first-pass weights on the keys (0 on masked ones), whose
+    positions never decrease along S, so "nearer" is "later along S"; ``self_weight`` (B, H, Tq, 1)
+    the weight of the query's own slot (distance 0, nearer than every key), if it has one.
+    """
+    later = first.sum(-1, keepdim=True) - first.cumsum(-1)  # mass after each key along S
+    if self_weight is not None:
+        later = later + self_weight
+    return dist.unsqueeze(1) * later.clamp(min=0.0)
+
+
 class HeadRouter(nn.Module):
     """Mixture-of-heads gates: ``shared`` heads always on, top-``topk`` of the rest per position.
 
@@ -130,16 +189,33 @@ class HeadRouter(nn.Module):
 
 
 class WindowAttention(nn.Module):
+    """Attention over a window of keys with a "no history" slot; ``position`` picks the distance bias
+    (``POSITIONS``, module docstring) and ``max_distance`` is the farthest visible key (the window)."""
+
     def __init__(self, dim: int, heads: int, kq_same: bool = False, relation: bool = False,
-                 shared_heads: int = 0, routed_topk: int = 0):
+                 shared_heads: int = 0, routed_topk: int = 0, position: str = "monotonic",
+                 max_distance: int | None = None):
         super().__init__()
         assert dim % heads == 0, f"dim ({dim}) must be a multiple of heads ({heads})"
-        self.heads, self.dk = heads, dim // heads
+        if position not in POSITIONS:
+            raise ValueError(f"position must be one of {POSITIONS}, got {position!r}")
+        self.heads, self.dk, self.position = heads, dim // heads, position
         self.k, self.v, self.o = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
         self.q = None if kq_same else nn.Linear(dim, dim)  # kq_same (AKT): query and key in one space
         self.null_k = nn.Parameter(torch.randn(dim) * 0.1)
         self.null_v = nn.Parameter(torch.zeros(dim))
-        self.theta = nn.Parameter(torch.full((heads,), -3.0))  # decay per interaction, softplus -> 0.05
+        if position in ("monotonic", "context"):
+            self.theta = nn.Parameter(torch.full((heads,), -3.0))  # decay per interaction, softplus -> 0.05
+        elif position == "alibi":
+            self.register_buffer("slopes", alibi_slopes(heads), persistent=False)
+        else:  # relative: a bias per head and bucket, starting as the monotonic decay starts
+            if max_distance is None:
+                raise ValueError("position='relative' needs max_distance (the window)")
+            bucket = relative_buckets(max_distance)
+            self.register_buffer("bucket", bucket, persistent=False)
+            nearest = torch.tensor([float((bucket == b).nonzero()[0]) for b in range(int(bucket.max()) + 1)])
+            start = -F.softplus(torch.tensor(-3.0)) * nearest  # (buckets,): the decay at each bucket's first distance
+            self.relative = nn.Parameter(start.unsqueeze(1).repeat(1, heads))  # (buckets, H)
         self.phi = nn.Parameter(torch.full((heads,), -3.0))  # decay per log-minute
         self.relation = TimeDecayRelation(heads) if relation else None
         self.router = HeadRouter(dim, heads, shared_heads, routed_topk) if routed_topk else None
@@ -179,16 +255,18 @@ class WindowAttention(nn.Module):
         B, Tq, D = x.shape
         H, scale = self.heads, 1.0 / math.sqrt(self.dk)
         q = self._heads((self.k if self.q is None else self.q)(x))  # (B, H, Tq, dk)
-        bias = -F.softplus(self.theta).view(1, H, 1, 1) * win.dist.unsqueeze(1)
-        if win.log_minutes is not None:  # the seconds term: 0 where either side has no clock
-            bias = bias - F.softplus(self.phi).view(1, H, 1, 1) * win.log_minutes.unsqueeze(1)
-        logits = (self._scores(q, k) * scale + bias).masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
         null_k, null_v = self.null_k.view(H, 1, self.dk), self.null_v.view(H, 1, self.dk)
-        cols = [(q * null_k).sum(-1, keepdim=True) * scale, logits]  # null slot first
+        null = (q * null_k).sum(-1, keepdim=True) * scale
+        own = None
         if self_kv is not None:
             sk, sv = self._heads(self_kv[0]), self._heads(self_kv[1])
-            cols.append((q * sk).sum(-1, keepdim=True) * scale)
-        w = softmax_of_columns(cols)  # (B, H, Tq, 1 + S [+ 1])
+            own = (q * sk).sum(-1, keepdim=True) * scale
+        scores = self._scores(q, k) * scale
+        bias = self.position_bias(win, scores, null, own)
+        if win.log_minutes is not None:  # the seconds term: 0 where either side has no clock
+            bias = bias - F.softplus(self.phi).view(1, H, 1, 1) * win.log_minutes.unsqueeze(1)
+        logits = (scores + bias).masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
+        w = softmax_of_columns([null, logits] + ([own] if own is not None else []))  # (B, H, Tq, 1 + S [+ 1])
         if self.relation is not None:
             assert self_kv is None, "the time-decay relation is for retrieval over past interactions only"
             w = self.relation(w, rel[0], rel[1], win)
@@ -199,6 +277,29 @@ class WindowAttention(nn.Module):
         if self.router is not None:
             out = out * self.router(route_in)
         return self.o(out.transpose(1, 2).reshape(B, Tq, D)), w
+
+
+    def position_bias(self, win: Window, scores: torch.Tensor, null: torch.Tensor,
+                      own: torch.Tensor | None) -> torch.Tensor:
+        """The distance term of the logits, (B or 1, H, Tq, S); ``scores`` (B, H, Tq, S) are the
+        scaled dot products, ``null`` and ``own`` those of the "no history" and the query's own slot
+        (``context`` reads them: its first pass is the softmax of the dot products alone)."""
+        H = self.heads
+        if self.position == "monotonic":
+            return -F.softplus(self.theta).view(1, H, 1, 1) * win.dist.unsqueeze(1)
+        if self.position == "alibi":
+            return -self.slopes.view(1, H, 1, 1) * win.dist.unsqueeze(1)
+        if self.position == "relative":
+            top = self.bucket.shape[0] - 1
+            per_distance = self.relative[self.bucket]  # (W + 1, H)
+            index = win.dist.long().clamp(0, top)  # masked keys may lie outside 0..W: any bucket, weight 0
+            return per_distance[index].permute(0, 3, 1, 2)
+        with torch.no_grad():  # context: distances from the first pass, detached as in AKT
+            masked = scores.masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
+            first = softmax_of_columns([null, masked] + ([own] if own is not None else []))
+            S = scores.shape[-1]
+            dist = context_distance(win.dist, first[..., 1: 1 + S], first[..., -1:] if own is not None else None)
+        return -F.softplus(self.theta).view(1, H, 1, 1) * dist
 
 
 class Block(nn.Module):

@@ -8,7 +8,7 @@ the raw embeddings of the past interactions (simpleKT's later layers use the
 previous layer's outputs as keys; for one layer the two agree), so every
 layer's cache holds projections computed once per interaction. Position is the
 shared distance bias (``attention``), which replaces simpleKT's absolute
-position embedding; options as for AKT.
+position embedding (option ``position``: ``attention.POSITIONS``); options as for AKT.
 
 >>> model = SimpleKT(n_items=10, n_concepts=5, **SimpleKT.tiny_config)
 >>> model.receptive_field()
@@ -33,10 +33,11 @@ class SimpleKT(WindowedKT):
     def __init__(self, n_items: int, n_concepts: int, n_categories: int = 2, dim: int = 64, heads: int = 4,
                  window: int = 200, layers: int = 2, dropout: float = 0.1, ffn: int = 128,
                  time_decay: bool = False, relation_dim: int = 16, shared_heads: int = 0, routed_topk: int = 0,
-                 cache_dtype: str = "float32", l2: float = 1e-5):
+                 cache_dtype: str = "float32", l2: float = 1e-5, position: str = "monotonic"):
         super().__init__(n_items, n_concepts, n_categories, dim, heads, window, layers, dropout, ffn, time_decay,
-                         relation_dim, shared_heads, routed_topk, cache_dtype, kq_same=True, encoder_layers={})
-        self._config["l2"] = l2
+                         relation_dim, shared_heads, routed_topk, cache_dtype, kq_same=True, encoder_layers={},
+                         position=position)
+        self._config.update(l2=l2, position=position)
         self.l2 = l2
         self.rasch = RaschEmbedding(n_items, n_concepts, n_categories, dim)
 

@@ -16,7 +16,9 @@ per-layer sliding-window masks, after the carried cache if a state is given,
 and returns the cache after the chunk (``carries_state``). Serving ``predict``
 reads the cache only; ``update`` appends one interaction per learner and
 evicts the oldest. Distances count applied interactions (positions whose
-response is known), which is what the serving path appends.
+response is known), which is what the serving path appends; ``position``
+picks how every layer turns them into a bias (``attention.POSITIONS``). A
+family that offers it records it in its config (``self._config["position"]``).
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ class WindowedKT(KTModel):
 
     def __init__(self, n_items: int, n_concepts: int, n_categories: int, dim: int, heads: int, window: int,
                  layers: int, dropout: float, ffn: int, time_decay: bool, relation_dim: int, shared_heads: int,
-                 routed_topk: int, cache_dtype: str, encoder_layers: dict[str, int], kq_same: bool = False):
+                 routed_topk: int, cache_dtype: str, encoder_layers: dict[str, int], kq_same: bool = False,
+                 position: str = "monotonic"):
         super().__init__(n_items, n_concepts, n_categories)
         if cache_dtype not in CACHE_DTYPES:
             raise ValueError(f"cache_dtype must be one of {sorted(CACHE_DTYPES)}, got {cache_dtype!r}")
@@ -54,7 +57,7 @@ class WindowedKT(KTModel):
         self._config = dict(dim=dim, heads=heads, window=window, layers=layers, dropout=dropout, ffn=ffn,
                             time_decay=time_decay, relation_dim=relation_dim, shared_heads=shared_heads,
                             routed_topk=routed_topk, cache_dtype=cache_dtype)
-        opts = dict(shared_heads=shared_heads, routed_topk=routed_topk)
+        opts = dict(shared_heads=shared_heads, routed_topk=routed_topk, position=position, max_distance=window)
         self.encoders = nn.ModuleDict({name: nn.ModuleList(Block(dim, heads, ffn, dropout, **opts) for _ in range(n))
                                        for name, n in encoder_layers.items() if n > 0})
         self.retriever = nn.ModuleList(Block(dim, heads, ffn, dropout, kq_same=kq_same, relation=time_decay, **opts)

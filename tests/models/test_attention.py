@@ -1,12 +1,14 @@
 """Attention families (SAKT, AKT, simpleKT): windows, options, exact-zero masking, routing, caches.
 
 The shared contract suite runs on the tiny configs; these tests add every option
-(time-decay relation, head routing, fp16 cache), history lengths around the
-window (1, W-1, W, 3W), clockless histories and prediction requests."""
+(time-decay relation, head routing, fp16 cache, the position variants), history
+lengths around the window (1, W-1, W, 3W), clockless histories and prediction
+requests."""
 
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -14,7 +16,8 @@ import torch
 
 from ktstream.data.histories import collate
 from ktstream.models import create, family, kvcache
-from ktstream.models.attention import SOFTMAX_MIN_COLUMNS, HeadRouter, WindowAttention, softmax_of_columns
+from ktstream.models.attention import (POSITIONS, RELATIVE_BUCKETS, SOFTMAX_MIN_COLUMNS, HeadRouter, WindowAttention,
+                                       alibi_slopes, relative_buckets, softmax_of_columns, window)
 from ktstream.models.stepwise import predict_stepwise
 from ktstream.serving import StackBuffer, WindowState, arena as arena_module, layout_for, stack_states, window_arena
 
@@ -23,6 +26,8 @@ FAMILIES = ["sakt", "akt", "simplekt"]
 OPTIONS = {"plain": {}, "time_decay": {"time_decay": True, "relation_dim": 4},
            "routing": {"heads": 4, "shared_heads": 1, "routed_topk": 2},
            "both": {"heads": 4, "shared_heads": 1, "routed_topk": 2, "time_decay": True, "relation_dim": 4}}
+OPTIONS.update({position: {"position": position} for position in POSITIONS if position != "monotonic"})
+OPTIONS["context+both"] = {**OPTIONS["both"], "position": "context"}
 
 
 def build(name, K=2, seed=0, **options):
@@ -122,7 +127,12 @@ def record_attention(model):
 
 @pytest.mark.parametrize("name,option", itertools.product(FAMILIES, ["plain", "both"]))
 def test_masked_positions_get_exactly_zero_weight(name, option, make_histories):
-    model = build(name, **OPTIONS[option])
+    assert_exact_masking(build(name, **OPTIONS[option]), make_histories)
+
+
+def assert_exact_masking(model, make_histories):
+    """Every attention call of every layer: the window is the step/window semantics and every weight
+    outside it is exactly 0; each row sums to 1 (one softmax)."""
     _, hist = make_histories([3 * W, W - 1], N_ITEMS, N_CONCEPTS, 2, seed=16, step_prob=0.4)
     calls, hooks = record_attention(model)
     with torch.no_grad():
@@ -489,3 +499,199 @@ def test_softmax_of_columns_is_the_softmax_of_the_concatenation(width):
     null.grad = logits.grad = None
     (want * g).sum().backward()
     assert torch.allclose(grads[0], null.grad, atol=1e-6) and torch.allclose(grads[1], logits.grad, atol=1e-6)
+
+
+# -- position variants (option ``position``) ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,position", itertools.product(FAMILIES, POSITIONS))
+def test_position_variants_mask_exactly_and_round_trip_their_config(name, position, make_histories):
+    """Every variant, with routing and the time-decay relation: masked keys exactly 0 in every layer, one
+    softmax per row; ``config()`` names the variant and rebuilds the same model."""
+    model = build(name, **{**OPTIONS["both"], "position": position})
+    assert_exact_masking(model, make_histories)
+    config = model.config()
+    assert config["position"] == position
+    again = create(name, **config).eval()
+    again.load_state_dict(model.state_dict())
+    _, hist = make_histories([2 * W, 5], N_ITEMS, N_CONCEPTS, 2, seed=30)
+    with torch.no_grad():
+        assert torch.equal(again(hist)[0], model(hist)[0])
+
+
+@pytest.mark.parametrize("name,position", itertools.product(FAMILIES, POSITIONS))
+def test_position_variants_in_chunks_and_blocks_equal_one_pass(name, position, make_histories):
+    """Training in chunks with the carried cache, and in query blocks smaller than the window, gives the
+    one-pass outputs and final cache (the context distance reads keys of the cache and the chunk)."""
+    model = build(name, position=position)
+    _, hist = make_histories([3 * W + 2, 2 * W, 5], N_ITEMS, N_CONCEPTS, 2, seed=31, step_prob=0.3)
+    m = hist.mask
+    with torch.no_grad():
+        full, full_state = model(hist)
+        parts, state = [], None
+        for start, stop in [(0, 5), (5, 6), (6, W + 9), (W + 9, 3 * W + 2)]:
+            out, state = model(hist.window(start, stop), state)
+            parts.append(out)
+        model.query_block = 5
+        blocked, blocked_state = model(hist)
+    assert torch.allclose(torch.cat(parts, 1)[m], full[m], atol=1e-5) and states_equal(state, full_state)
+    assert torch.allclose(blocked[m], full[m], atol=1e-6) and states_equal(blocked_state, full_state, atol=1e-6)
+
+
+def test_position_variants_differ_and_monotonic_is_the_default(make_histories):
+    """The default is the monotonic decay (no ``position`` given: the same outputs). ALiBi and the context
+    distance change the predictions; the relative table starts as the monotonic decay (with a bucket per
+    distance, the same outputs) and changes them once it moves. An unknown name is refused."""
+    _, hist = make_histories([3 * W], N_ITEMS, N_CONCEPTS, 2, seed=32)
+    relative = build("sakt", position="relative")
+    with torch.no_grad():
+        default = build("sakt")(hist)[0]
+        out = {p: build("sakt", position=p)(hist)[0] for p in POSITIONS}
+        assert torch.allclose(relative(hist)[0], default, atol=1e-6)
+        relative.retriever[0].attn.relative[3:] -= 1.0  # distances 3.. one logit down
+        out["relative"] = relative(hist)[0]
+    assert torch.equal(out["monotonic"], default)
+    for p in POSITIONS[1:]:
+        assert not torch.allclose(out[p], default, atol=1e-4), p
+    with pytest.raises(ValueError, match="position"):
+        build("sakt", position="absolute")
+
+
+def _bias_of(module: WindowAttention, dist: torch.Tensor) -> torch.Tensor:
+    """The position bias (1, H, 1, S) of one query at the given key distances, no clock."""
+    S = dist.shape[0]
+    win = window(torch.full((1, 1), int(dist.max()) + 1), torch.full((1, 1), float("nan")),
+                 (int(dist.max()) + 1 - dist).view(1, S), torch.ones(1, S, dtype=torch.bool),
+                 torch.full((1, S), float("nan"), dtype=torch.float64), int(dist.max()) + 1, include_self=True)
+    H = module.heads
+    zeros = torch.zeros(1, H, 1, S)
+    return module.position_bias(win, zeros, torch.zeros(1, H, 1, 1), None)
+
+
+@pytest.mark.parametrize("heads", [1, 2, 4, 8])
+def test_alibi_slopes_are_fixed_powers_of_two(heads):
+    """m_h = 2^(-8h/H), h = 1..H (Press et al.): H=8 gives 1/2 .. 1/256; the bias is -m_h d and is not a
+    parameter (nothing to learn, nothing in the checkpoint)."""
+    slopes = alibi_slopes(heads)
+    assert torch.equal(slopes, torch.tensor([2.0 ** (-8 * h / heads) for h in range(1, heads + 1)]))
+    if heads == 8:
+        assert torch.equal(slopes, 0.5 ** torch.arange(1.0, 9.0))
+    module = WindowAttention(8 * heads, heads, position="alibi")
+    assert not any("slope" in n for n, _ in module.named_parameters()) and "slopes" not in module.state_dict()
+    dist = torch.arange(0, 12)
+    assert torch.allclose(_bias_of(module, dist)[0, :, 0], -slopes.view(-1, 1) * dist.float(), atol=0)
+
+
+def test_relative_buckets_clip_at_the_window_and_space_logarithmically():
+    """Windows up to the bucket count: one bucket per distance. Longer ones (T5): distances 0..15 one
+    bucket each, then log-spaced buckets, non-decreasing, every bucket used, the window in the last."""
+    assert torch.equal(relative_buckets(W), torch.arange(W + 1))
+    assert torch.equal(relative_buckets(RELATIVE_BUCKETS - 1), torch.arange(RELATIVE_BUCKETS))
+    b = relative_buckets(200)
+    exact = RELATIVE_BUCKETS // 2
+    assert b.shape == (201,) and torch.equal(b[:exact], torch.arange(exact))
+    assert bool((b.diff() >= 0).all()) and bool((b.diff() <= 1).all())
+    assert set(b.tolist()) == set(range(RELATIVE_BUCKETS)) and int(b[-1]) == RELATIVE_BUCKETS - 1
+    assert int(b[exact]) == exact and int(b[2 * exact]) == exact + 4  # log2(2) / log2(200/16) * 16 = 4.4
+    sizes = torch.bincount(b)
+    assert bool((sizes[exact:-1].diff() >= 0).all())  # farther buckets hold more distances
+
+
+@pytest.mark.parametrize("window_size", [W, 200])
+def test_relative_bias_is_the_learned_entry_of_each_distance_bucket(window_size):
+    """The bias of distance d for head h is the table entry (bucket(d), h); it starts as the monotonic
+    decay at each bucket's nearest distance and learns (a gradient reaches every used entry)."""
+    torch.manual_seed(0)
+    module = WindowAttention(16, 2, position="relative", max_distance=window_size)
+    bucket = relative_buckets(window_size)
+    with torch.no_grad():
+        module.relative.normal_()
+    dist = torch.arange(0, window_size + 1)
+    bias = _bias_of(module, dist)[0, :, 0]  # (H, S)
+    assert torch.equal(bias, module.relative[bucket].T)
+    bias.sum().backward()
+    assert bool((module.relative.grad != 0).all())
+    fresh = WindowAttention(16, 2, position="relative", max_distance=window_size)
+    nearest = torch.tensor([float((bucket == k).nonzero()[0]) for k in range(int(bucket.max()) + 1)])
+    assert torch.allclose(fresh.relative[:, 0], -torch.nn.functional.softplus(torch.tensor(-3.0)) * nearest)
+
+
+def _context_reference(module: WindowAttention, x, k, v, win, self_kv=None) -> torch.Tensor:
+    """AKT's context-aware attention weights by direct loops, O(S^2) per query (B, H, Tq, 1 + S [+ 1]);
+    ``k`` and ``self_kv`` are projected keys/values, as the module takes them."""
+    B, Tq, _ = x.shape
+    H, dk, S = module.heads, module.dk, k.shape[1]
+    split = lambda t: t.view(*t.shape[:-1], H, dk)  # noqa: E731
+    q = split((module.k if module.q is None else module.q)(x))  # (B, Tq, H, dk)
+    kk = split(k)  # keys come projected (what a cache stores: ``kv``)
+    nk = module.null_k.view(H, dk)
+    sk = split(self_kv[0]) if self_kv is not None else None
+    theta = torch.nn.functional.softplus(module.theta)
+    out = torch.zeros(B, H, Tq, 1 + S + (self_kv is not None), dtype=torch.float64)
+    for b, h, t in itertools.product(range(B), range(H), range(Tq)):
+        visible = [j for j in range(S) if bool(win.allowed[b, t, j])]
+        raw = {j: float(q[b, t, h] @ kk[b, j, h]) / math.sqrt(dk) for j in visible}
+        null = float(q[b, t, h] @ nk[h]) / math.sqrt(dk)
+        own = float(q[b, t, h] @ sk[b, t, h]) / math.sqrt(dk) if sk is not None else None
+        columns = [null, *raw.values()] + ([own] if own is not None else [])
+        first = dict(zip(["null", *visible] + (["own"] if own is not None else []),
+                         torch.softmax(torch.tensor(columns, dtype=torch.float64), 0).tolist()))
+        logits = {"null": null}
+        for j in visible:
+            d = float(win.dist[b if win.dist.shape[0] > 1 else 0, t, j])
+            between = sum(first[i] for i in visible if float(win.dist[b if win.dist.shape[0] > 1 else 0, t, i]) < d)
+            between += first.get("own", 0.0)  # the query's own slot (distance 0) lies between it and every key
+            logits[j] = raw[j] - float(theta[h]) * d * between
+        if own is not None:
+            logits["own"] = own
+        weights = torch.softmax(torch.tensor(list(logits.values()), dtype=torch.float64), 0)
+        for key, wgt in zip(logits, weights.tolist()):
+            col = 0 if key == "null" else (1 + S if key == "own" else 1 + key)
+            out[b, h, t, col] = wgt
+    return out
+
+
+@pytest.mark.parametrize("with_self", [False, True])
+def test_context_distance_equals_a_direct_reference(with_self):
+    """The context-aware distance: d(t, j) = |t - j| times the query's first-pass weight (softmax of the
+    dot products alone, "no history" slot included) on the visible keys between j and t; the weights
+    equal a loop over every (query, key) pair, including a query's own slot (AKT's question encoder)."""
+    torch.manual_seed(3)
+    D, H, S = 8, 2, 7
+    module = WindowAttention(D, H, kq_same=True, position="context").double()
+    with torch.no_grad():
+        module.theta.copy_(torch.tensor([0.5, 1.5]))
+    pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6], [0, 1, 2, 3, 3, 4, 5]])  # learner 1: key 3 not applied
+    valid = torch.tensor([[True] * 7, [True, True, True, False, True, True, True]])
+    q_pos = torch.tensor([[1, 3, 5, 7], [2, 4, 4, 6]])  # queries anchored at these counts
+    win = window(q_pos, torch.full((2, 4), float("nan"), dtype=torch.float64), pos, valid,
+                 torch.full((2, S), float("nan"), dtype=torch.float64), 4, include_self=False)
+    x, k, v = torch.randn(2, 4, D, dtype=torch.float64), torch.randn(2, S, D, dtype=torch.float64), \
+        torch.randn(2, S, D, dtype=torch.float64)
+    self_kv = (torch.randn(2, 4, D, dtype=torch.float64), torch.randn(2, 4, D, dtype=torch.float64)) if with_self \
+        else None
+    with torch.no_grad():
+        _, w = module(x, k, v, win, self_kv=self_kv)
+        expected = _context_reference(module, x, k, v, win, self_kv)
+    assert torch.allclose(w, expected, atol=1e-12)
+    assert bool((w[..., 1: 1 + S].masked_select(~win.allowed.unsqueeze(1)) == 0).all())
+    module.position = "monotonic"  # the same parameters with the plain distance give other weights
+    with torch.no_grad():
+        assert not torch.allclose(module(x, k, v, win, self_kv=self_kv)[1], w, atol=1e-3)
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_position_variants_train_with_finite_gradients(position, make_histories):
+    """A training step on clockless histories: finite outputs and gradients; the learned position
+    parameters (theta, the relative table) receive gradient, the context distance's first pass none."""
+    model = build("akt", position=position).train()
+    _, hist = make_histories([2 * W, W], N_ITEMS, N_CONCEPTS, 2, seed=33)
+    hist = hist.replace(times=torch.full_like(hist.times, float("nan")))
+    out, _ = model(hist)
+    out[hist.mask].sum().backward()
+    assert torch.isfinite(out).all() and all(torch.isfinite(p.grad).all() for p in model.parameters()
+                                             if p.grad is not None)
+    learned = {"monotonic": "theta", "context": "theta", "relative": "relative", "alibi": None}[position]
+    named = [p for n, p in model.named_parameters() if n.endswith(f"attn.{learned}")]
+    assert (learned is None) == (not named)
+    assert all(p.grad is not None and bool((p.grad != 0).any()) for p in named)

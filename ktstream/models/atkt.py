@@ -15,10 +15,10 @@ normaliser (tests/leakage/leaky_atkt.py keeps that design as a fixture the leaka
 fail). Here the prediction for position t reads the hidden states after the last W applied
 interactions before t's step (the latest one included), with the softmax over those alone;
 no history: the read is zero. The serving state is the LSTM's (h, c), the window of those W
-hidden states with their scores (oldest first; empty slots zeros), and the count of applied
-interactions: a fixed shape per learner ("dense"). The prediction is an MLP of [read; h; s_t]
-(the paper picks the query skill's output unit of a linear layer over [read; h]; the MLP
-scores any item, as DKT's head here does).
+hidden states with their scores (oldest first; empty slots zeros) and ``applied``, the number
+of interactions applied: a fixed shape per learner ("dense"). The prediction is an MLP of
+[read; h; s_t] (the paper picks the query skill's output unit of a linear layer over
+[read; h]; the MLP scores any item, as DKT's head here does).
 
 Adversarial training (``training_loss``; ``forward`` and serving never perturb): after the
 loss L of a batch, r = epsilon * g / ||g|| with g = dL/d(interaction embeddings), normalised
@@ -146,7 +146,7 @@ class ATKT(KTModel):
         W = self.window
         state = state if state is not None else self.init_state(B)
         applied = h.applied  # (B, T)
-        count = applied.sum(1)  # (B,)
+        count = applied.sum(1)  # (B,) applied in this chunk
         order = applied_first(applied)  # (B, T)
         q = self.question(h.items, h.concepts)  # (B, T, S)
         x = self._interaction(q, h.responses)  # (B, T, D)
@@ -156,7 +156,7 @@ class ATKT(KTModel):
         out, hn, cn = self._run(x, count, state["h"].unsqueeze(0), state["c"].unsqueeze(0))  # out (B, T, H)
         before = (applied.long().cumsum(1) - applied.long()).gather(1, h.step_start)  # (B, T) applied before t's step
         latest = gather_steps(torch.cat([state["h"].unsqueeze(1), out], 1), before)  # (B, T, H)
-        n0 = state["count"].unsqueeze(1)  # (B, 1)
+        n0 = state["applied"].unsqueeze(1)  # (B, 1)
         ar = torch.arange(max(W, T), device=n0.device)
         number = torch.cat([n0 - W + ar[:W], n0 + ar[:T]], 1)  # (B, W + T): the key is the state after this interaction
         valid = torch.cat([number[:, :W] >= 0, ar[:T].unsqueeze(0) < count.unsqueeze(1)], 1)
@@ -167,12 +167,12 @@ class ATKT(KTModel):
         scores = torch.cat([state["scores"], self.attention(out)], 1)  # (B, W + T)
         weights = self._weights(scores, visible, valid)
         log_probs = self._head(weights @ keys, latest, q)
-        total = state["count"] + count
+        total = state["applied"] + count
         slot = number - (total.unsqueeze(1) - W)  # (B, W + T): where each key lands in the final window
         index = torch.where(valid & (slot >= 0), slot, W)  # everything else to a spare slot, cut off
         window = keys.new_zeros(B, W + 1, self.hidden).scatter(1, index.unsqueeze(-1).expand_as(keys), keys)
         kept = scores.new_zeros(B, W + 1).scatter(1, index, scores)
-        final = {"h": hn[0], "c": cn[0], "window": window[:, :W], "scores": kept[:, :W], "count": total}
+        final = {"h": hn[0], "c": cn[0], "window": window[:, :W], "scores": kept[:, :W], "applied": total}
         return log_probs, final, weights, order
 
     def attention_maps(self, histories: Histories) -> list[dict]:
@@ -216,7 +216,7 @@ class ATKT(KTModel):
         z = torch.zeros(batch_size, self.hidden, dtype=p.dtype, device=p.device)
         return {"h": z, "c": z.clone(), "window": z.new_zeros(batch_size, self.window, self.hidden),
                 "scores": z.new_zeros(batch_size, self.window),
-                "count": torch.zeros(batch_size, dtype=torch.long, device=p.device)}
+                "applied": torch.zeros(batch_size, dtype=torch.long, device=p.device)}
 
     def prepare(self, interactions: Interactions) -> Prepared:
         q = self._question_of(interactions)
@@ -233,7 +233,7 @@ class ATKT(KTModel):
     def _read(self, state: State) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The attention read (B, H) over the cached window, its weights (B, W) and the slots' numbers."""
         W = self.window
-        number = state["count"].unsqueeze(1) - W + torch.arange(W, device=state["count"].device)  # (B, W)
+        number = state["applied"].unsqueeze(1) - W + torch.arange(W, device=state["applied"].device)  # (B, W)
         valid = number >= 0
         w = self._weights(state["scores"], valid.unsqueeze(1), valid)  # (B, 1, W)
         return (w @ state["window"])[:, 0], w[:, 0], number
@@ -256,8 +256,9 @@ class ATKT(KTModel):
     def update(self, state: State, interaction: Interactions) -> State:
         """One LSTM cell step (``torch.lstm_cell``, as DKT's update) and the window shifted by one."""
         x = self._interaction_of(interaction)  # (B, D)
-        l = self.lstm
-        h, c = torch.lstm_cell(x, (state["h"], state["c"]), l.weight_ih_l0, l.weight_hh_l0, l.bias_ih_l0, l.bias_hh_l0)
+        lstm = self.lstm
+        h, c = torch.lstm_cell(x, (state["h"], state["c"]), lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0,
+                               lstm.bias_hh_l0)
         return {"h": h, "c": c, "window": torch.cat([state["window"][:, 1:], h.unsqueeze(1)], 1),
                 "scores": torch.cat([state["scores"][:, 1:], self.attention(h).unsqueeze(1)], 1),
-                "count": state["count"] + 1}
+                "applied": state["applied"] + 1}

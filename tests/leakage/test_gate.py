@@ -158,11 +158,24 @@ def _windowed_families() -> list[str]:
     return [n for n in names() if issubclass(family(n), WindowedKT)]
 
 
-@pytest.mark.parametrize("name", _windowed_families())
-def test_attention_options_pass_the_model_checks(name, random_learners):
-    """Head routing and the time-decay relation (on histories with clocks and steps) stay causal."""
+def _windowed_positions() -> list[tuple[str, str]]:
+    """Each windowed family with each position variant it takes (``attention.POSITIONS``; the default alone
+    for a family without the option)."""
+    import inspect
+
+    from ktstream.models.attention import POSITIONS
+
+    return [(n, p) for n in _windowed_families()
+            for p in (POSITIONS if "position" in inspect.signature(family(n)).parameters else ("monotonic",))]
+
+
+@pytest.mark.parametrize("name,position", _windowed_positions())
+def test_attention_options_pass_the_model_checks(name, position, random_learners):
+    """Head routing and the time-decay relation (on histories with clocks and steps) stay causal, with
+    every position variant."""
     torch.manual_seed(0)
-    options = {"heads": 4, "shared_heads": 1, "routed_topk": 2, "time_decay": True, "relation_dim": 4}
+    options = {"heads": 4, "shared_heads": 1, "routed_topk": 2, "time_decay": True, "relation_dim": 4,
+               **({"position": position} if position != "monotonic" else {})}
     model = create(name, n_items=N_ITEMS, n_concepts=N_CONCEPTS, **{**family(name).tiny_config, **options})
     report = run_gate(model, random_learners, GateConfig(checks=MODEL_CHECKS, max_length=60))
     assert report.passed, report.table()

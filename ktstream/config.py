@@ -133,6 +133,22 @@ class MetricsSettings(_Section):
     calibration_bins: int = Field(10, ge=2)
 
 
+class QueriesSettings(_Section):
+    """Live per-learner queries on the engine's HTTP server (``GET /learners/{id}``, ``GET /instances``;
+    docs/engine.md, "Live queries")."""
+
+    enabled: bool = Field(True, description="serve /learners/{id} and /instances beside /metrics")
+    advertised_url: str | None = Field(None, description="the URL other instances and clients reach this "
+                                                         "instance's HTTP server at (e.g. "
+                                                         "http://ktstream-0.ktstream:9464); None: "
+                                                         "http://<metrics.host>:<its port>")
+    peers: list[str] = Field(default_factory=list, description="the other instances' advertised URLs (this one's "
+                                                               "may be listed too): asked for their partitions "
+                                                               "to find a learner's owner")
+    max_concepts: int = Field(256, ge=1, le=4096, description="most concepts whose mastery one query computes")
+    timeout_s: float = Field(2.0, gt=0, description="how long a query waits for the engine loop, and for each peer")
+
+
 class ModelSettings(_Section):
     family: str = "dkt"
     checkpoint: str = Field("train-quick", description="checkpoint directory, or 'train-quick' (simulated data)")
@@ -172,6 +188,7 @@ class Settings(BaseSettings):
     kafka: KafkaSettings = KafkaSettings()
     engine: EngineSettings = EngineSettings()
     metrics: MetricsSettings = MetricsSettings()
+    queries: QueriesSettings = QueriesSettings()
     model: ModelSettings = ModelSettings()
     state: StateSettings = StateSettings()
 

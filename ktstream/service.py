@@ -24,6 +24,7 @@ from ktstream.engine.collector import BatchCollector
 from ktstream.engine.engine import Engine
 from ktstream.engine.metrics import EngineMetrics
 from ktstream.engine.processor import Processor
+from ktstream.engine.queries import LearnerQueries
 from ktstream.engine.records import Sink, Source
 from ktstream.engine.server import MetricsServer
 from ktstream.engine.state_cache import StateCache
@@ -100,10 +101,17 @@ class Service:
         self.settings = settings
         self.engine = build_engine(settings, serving, source, sink)
         self.server: MetricsServer | None = None
+        self.queries: LearnerQueries | None = None
         if http:
-            m = self.engine.metrics
+            m, q = self.engine.metrics, settings.queries
+            if q.enabled:  # /learners/{id} and /instances, answered by the engine loop (ktstream.engine.queries)
+                self.queries = self.engine.queries = LearnerQueries(q.advertised_url, q.peers, q.max_concepts,
+                                                                    q.timeout_s)
             self.server = MetricsServer(m.registry, self.engine.healthy, self.engine.ready,
-                                        settings.metrics.host, settings.metrics.port)
+                                        settings.metrics.host, settings.metrics.port,
+                                        routes=self.queries.routes() if self.queries is not None else None)
+            if self.queries is not None and self.queries.url is None:
+                self.queries.url = self.server.url
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None

@@ -23,6 +23,7 @@ from typing import Iterator
 import kafka.errors
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.subscription_state import ConsumerRebalanceListener
+from kafka.partitioner.default import murmur2
 from kafka.structs import OffsetAndMetadata
 
 from connectors.kafka.clients import consumer_config
@@ -111,6 +112,19 @@ class KafkaSource:
 
     def assignment(self) -> set[TP]:
         return {(tp.topic, tp.partition) for tp in self.consumer.assignment()}
+
+    def partition_of(self, key: bytes) -> TP | None:
+        """The input partition a record keyed ``key`` goes to under Kafka's default partitioner (murmur2 over
+        the topic's sorted partition ids, as producers keying by learner id use); None before the
+        consumer knows the topic. Engine thread only (the consumer is not thread-safe)."""
+        if self._consumer is None:
+            return None
+        topic = self.topics[0]
+        partitions = self._consumer.partitions_for_topic(topic)
+        if not partitions:
+            return None
+        ordered = sorted(partitions)
+        return topic, ordered[(murmur2(key) & 0x7FFFFFFF) % len(ordered)]
 
     def lag(self) -> dict[TP, int]:
         """High-watermark (from the last fetch response) minus the next offset to read."""

@@ -48,6 +48,10 @@ the group leaves cyclic garbage behind (a client's timeouts, with their tracebac
 170,000-250,000 objects at a first join on the embedded broker), and there it falls in a
 pause the group already takes.
 
+At the top of each micro-batch the engine answers the live per-learner queries its HTTP
+workers have queued (``queries``, ktstream.engine.queries): read only, on this thread, so they
+see the state as of the last committed micro-batch without a lock.
+
 Between micro-batches (never inside one, so a batch is served by one model
 version) the engine asks its registry watcher for a newly promoted version,
 swaps it in (ktstream.engine.swap) and rebuilds up to ``rebuild_chunk`` stale
@@ -78,6 +82,12 @@ class Watcher(Protocol):
     """Looks for a newly promoted model version (ktstream.finetune.watcher.RegistryWatcher)."""
 
     def poll(self) -> object | None: ...
+
+
+class Queries(Protocol):
+    """Questions about learners queued by HTTP workers (ktstream.engine.queries.LearnerQueries)."""
+
+    def answer(self, engine: "Engine") -> int: ...
 
 
 class DurableState(Protocol):
@@ -123,6 +133,7 @@ class Engine:
         self.max_batch, self.poll_timeout_s, self.flush_timeout_s = max_batch, poll_timeout_s, flush_timeout_s
         self.gauge_interval_s, self.rebuild_chunk = gauge_interval_s, rebuild_chunk
         self.watcher: Watcher | None = None  # set by watch()
+        self.queries: Queries | None = None  # live per-learner queries (ktstream.engine.queries), set by the service
         self.transactional = bool(getattr(sink, "transactional", False))  # exactly-once
         self.joined = False  # a first assignment arrived (readiness)
         self.collector = collector
@@ -188,6 +199,8 @@ class Engine:
                     self._timed("gc", start)
 
     def _step(self) -> Batch | None:
+        if self.queries is not None:
+            self.queries.answer(self)
         if self.watcher is not None:
             self.watcher.poll()
         start = time.perf_counter()

@@ -37,7 +37,7 @@ from prometheus_client.exposition import choose_encoder
 disable_created_metrics()
 
 MAX_HEAD_BYTES = 8192
-REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+REASONS = {200: "OK", 307: "Temporary Redirect", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
            421: "Misdirected Request", 431: "Request Header Fields Too Large", 500: "Internal Server Error",
            503: "Service Unavailable"}
 
@@ -53,8 +53,9 @@ class Request:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-#: A route: request -> (status code, content type, body). It runs on a worker thread.
-Handler = Callable[[Request], tuple[int, str, bytes]]
+#: A route: request -> (status code, content type, body) or (..., {header: value}) with more response
+#: headers (a redirect's ``Location``). It runs on a worker thread.
+Handler = Callable[[Request], "tuple[int, str, bytes] | tuple[int, str, bytes, dict[str, str]]"]
 
 
 class MetricsServer:
@@ -173,8 +174,9 @@ class MetricsServer:
         try:
             conn.setblocking(True)
             conn.settimeout(self.request_timeout_s)  # a client that does not read its response is let go
-            code, ctype, body, method = self._answer(head)
+            code, ctype, body, method, extra = self._answer(head)
             status = f"HTTP/1.0 {code} {REASONS[code]}\r\nContent-Type: {ctype}\r\n"
+            status += "".join(f"{name}: {value}\r\n" for name, value in extra.items())
             status += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
             conn.sendall(status.encode("latin-1") + (b"" if method == "HEAD" else body))
         except OSError:
@@ -182,31 +184,31 @@ class MetricsServer:
         finally:
             conn.close()
 
-    def _answer(self, head: bytes) -> tuple[int, str, bytes, str]:
+    def _answer(self, head: bytes) -> tuple[int, str, bytes, str, dict[str, str]]:
         if len(head) > MAX_HEAD_BYTES:
-            return 431, "text/plain", b"request head too large\n", "GET"
+            return 431, "text/plain", b"request head too large\n", "GET", {}
         lines = head.decode("latin-1").splitlines()
         parts = lines[0].split() if lines else []
         if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            return 400, "text/plain", b"bad request\n", "GET"
+            return 400, "text/plain", b"bad request\n", "GET", {}
         method, target = parts[0], parts[1]
         if method not in ("GET", "HEAD"):
-            return 405, "text/plain", b"GET or HEAD only\n", method
+            return 405, "text/plain", b"GET or HEAD only\n", method, {}
         url = urlsplit(target)
         path = unquote(url.path)
         route = self.routes.get(path) or next((self.routes[p] for p in self._prefixes if path.startswith(p)), None)
         if route is None:
-            return 404, "text/plain", b"not found\n", method
+            return 404, "text/plain", b"not found\n", method, {}
         headers = {}
         for line in lines[1:]:
             name, sep, value = line.partition(":")
             if sep:
                 headers[name.strip().lower()] = value.strip()
         try:
-            code, ctype, body = route(Request(method, path, parse_qs(url.query), headers))
+            code, ctype, body, *extra = route(Request(method, path, parse_qs(url.query), headers))
         except Exception as exc:  # noqa: BLE001  (a failing callable is the engine's problem, not the client's)
-            return 500, "text/plain", f"{type(exc).__name__}: {exc}\n".encode(), method
-        return code, ctype, body, method
+            return 500, "text/plain", f"{type(exc).__name__}: {exc}\n".encode(), method, {}
+        return code, ctype, body, method, (extra[0] if extra else {})
 
     # -- lifecycle ----------------------------------------------------------
     def close(self) -> None:

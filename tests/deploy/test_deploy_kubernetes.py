@@ -158,3 +158,20 @@ def test_workloads_request_resources_and_claims_are_mounted():
             assert {"cpu", "memory"} <= set(c["resources"]["requests"]), f"{c['name']} has no requests"
         claims = {v["persistentVolumeClaim"]["claimName"] for v in pod.get("volumes", []) if "persistentVolumeClaim" in v}
         assert claims <= {d["metadata"]["name"] for d in by_kind("PersistentVolumeClaim")}
+
+
+def test_every_replica_is_a_query_peer_under_its_advertised_name():
+    """queries.peers lists each StatefulSet pod by its stable name behind the headless Service, and each pod
+    advertises exactly that name, so a redirect from any pod reaches the owner."""
+    (sts,) = by_kind("StatefulSet")
+    (svc,) = by_kind("Service")
+    settings = load_settings_from_configmap()
+    name, service = sts["metadata"]["name"], sts["spec"]["serviceName"]
+    assert svc["metadata"]["name"] == service and svc["spec"].get("clusterIP") == "None", "a headless Service"
+    port = settings.metrics.port
+    assert settings.queries.peers == [f"http://{name}-{i}.{service}:{port}" for i in range(sts["spec"]["replicas"])]
+    env = {e["name"]: e for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    names = list(env)
+    assert names.index("POD_NAME") < names.index("KTSTREAM_QUERIES__ADVERTISED_URL"), "$(POD_NAME) is defined first"
+    assert env["KTSTREAM_QUERIES__ADVERTISED_URL"]["value"] == f"http://$(POD_NAME).{service}:{port}"

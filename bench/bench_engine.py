@@ -119,7 +119,7 @@ class Passthrough:
 
 
 def model_config(cfg: str, s):
-    """NAME[@float16][/no-describe] -> the serving model's key and the settings for it."""
+    """NAME[@float16][@KEY=VALUE...][/no-describe] -> the serving model's key and the settings for it."""
     name, _, variant = cfg.partition("/")
     return name, s.model_copy(update={"engine": s.engine.model_copy(update={"describe": variant != "no-describe"})})
 
@@ -410,13 +410,30 @@ def _latency_run(results, cfg: str, model_spec: tuple, live: list, rate: float, 
                  {k: 1e6 * (v - first[k]) / done for k, v in engine.metrics.loop_totals.items()}))
 
 
+def model_options(spec: str) -> tuple[str, dict]:
+    """NAME[@float16][@KEY=VALUE...] -> the family and its constructor options (``sakt@position=alibi``,
+    ``akt@float16@shared_heads=1@routed_topk=2``); a VALUE that is not JSON stays a string."""
+    name, *parts = spec.split("@")
+    kwargs = {}
+    for part in parts:
+        key, eq, value = part.partition("=")
+        if not eq:
+            kwargs["cache_dtype"] = part
+            continue
+        try:
+            kwargs[key] = json.loads(value)
+        except ValueError:
+            kwargs[key] = value
+    return name, kwargs
+
+
 def serving_models(specs: list[str], items, concepts) -> dict[str, ServingModel]:
-    """Each NAME[@float16] at default sizes, seeded, so every process builds the same weights."""
+    """Each NAME[@float16][@KEY=VALUE...] at default sizes otherwise, seeded, so every process builds the
+    same weights."""
     serving = {}
     for m in specs:
         torch.manual_seed(0)
-        name, _, dtype = m.partition("@")
-        kwargs = {"cache_dtype": dtype} if dtype else {}
+        name, kwargs = model_options(m)
         model = create(name, n_items=len(items), n_concepts=len(concepts), **kwargs).eval()
         serving[m] = ServingModel(model, items, concepts, "b")
     return serving

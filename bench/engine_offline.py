@@ -81,7 +81,8 @@ def run(engine, n: int) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--configs", default="passthrough,dkt,dkvmn,sakt,sakt/no-describe",
-                    help="passthrough or NAME[@float16][/no-describe], comma-separated")
+                    help="passthrough or NAME[@float16][@KEY=VALUE...][/no-describe], comma-separated "
+                         "(e.g. sakt@position=alibi)")
     ap.add_argument("--events", type=int, default=20_000)
     ap.add_argument("--mean-length", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)

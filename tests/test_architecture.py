@@ -33,8 +33,8 @@ def test_import_contracts_are_kept():
 
 def test_serving_process_loads_no_trainer_gate_or_reports():
     done = run_python("import json, sys\n"
-                      "from ktstream.cli.main import build_parser, requested\n"
-                      "build_parser(requested(['serve', '--config', 'settings.yaml']))\n"
+                      "from ktstream.cli.main import main\n"  # runs up to reading its (missing) settings file
+                      "assert main(['serve', '--config', 'no-such-settings.yaml']) == 1\n"
                       "ours = [m for m in sys.modules if m.split('.')[0] in ('ktstream', 'connectors')]\n"
                       "print(json.dumps(sorted(ours)))")
     assert done.returncode == 0, done.stderr

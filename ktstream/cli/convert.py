@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
+from ktstream.cli.main import UsageError
+from ktstream.cli.options import FORMATS
+
 OUTPUT_SUFFIXES = (".jsonl", ".parquet")
+CONVERTERS = [f for f in FORMATS if f != "events"]
 
 
 def register(sub) -> None:
-    from connectors.datasets import CONVERTERS
-
     p = sub.add_parser(
         "convert", help="convert a public KT data set to the canonical event log (JSONL or Parquet)",
         description=__doc__.split("\n")[0].split(": ", 1)[1],
@@ -26,7 +27,7 @@ def register(sub) -> None:
                + ". Options apply only to the formats named in their help; giving one to another format is an error.")
     p.add_argument("format", choices=sorted(CONVERTERS), metavar="FORMAT", help="source format")
     p.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="source file(s) (ednet-kt1: also folders)")
-    p.add_argument("-o", "--output", required=True, type=Path, help="output path, .jsonl or .parquet")
+    p.add_argument("-o", "--out", required=True, type=Path, metavar="FILE", help="output path, .jsonl or .parquet")
     p.add_argument("--keep-repeated-rows", action="store_true", default=None,
                    help="akt, assistments-raw: keep multi-skill repeat rows as separate interactions "
                         "(only to reproduce published numbers)")
@@ -42,21 +43,32 @@ def register(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.out.suffix not in OUTPUT_SUFFIXES:
+        raise UsageError(f"-o/--out must end in {' or '.join(OUTPUT_SUFFIXES)}: {args.out}")
+    for path in args.inputs:
+        if not path.exists():
+            raise FileNotFoundError(f"input not found: {path}")
+        if path.is_dir() and args.format != "ednet-kt1":
+            from connectors.datasets.splits import stream_inputs
+
+            try:
+                files = " ".join(str(f) for f in stream_inputs(path, args.format)[:3])
+            except (OSError, ValueError):
+                files = f"{path}/FILE.csv"
+            raise UsageError(f"{path} is a folder; {args.format} reads files: name them (e.g. {files}); only ednet-kt1 "
+                             f"reads a folder")
     from connectors.datasets import convert
     from connectors.datasets.exceptions import DatasetFormatError
-
-    if args.output.suffix not in OUTPUT_SUFFIXES:
-        print(f"ktstream convert: output must end in {' or '.join(OUTPUT_SUFFIXES)}: {args.output}", file=sys.stderr)
-        return 2
     options = {}
     for name in ("keep_repeated_rows", "concepts", "info", "questions", "kc_column"):
         value = getattr(args, name)
         if value is not None:
             options[name] = None if value == "none" else value
     try:
-        stats = convert(args.format, args.inputs, args.output, validate=args.validate, **options)
-    except (DatasetFormatError, ValueError, OSError) as exc:
-        print(f"ktstream convert: {exc}", file=sys.stderr)
-        return 1
+        stats = convert(args.format, args.inputs, args.out, validate=args.validate, **options)
+    except ValueError as exc:  # an option the format does not take, a value it cannot use
+        if isinstance(exc, DatasetFormatError):
+            raise
+        raise DatasetFormatError(str(exc)) from exc
     print(json.dumps(stats.as_dict(), indent=2))
     return 0

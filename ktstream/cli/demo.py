@@ -5,7 +5,8 @@ simulated learners (train-quick), starts the engine with its /metrics,
 /healthz and /readyz endpoints, replays a second simulated population (plus a
 few malformed records, to show the dead-letter path) at ``--rate`` with event
 times stamped at publishing, prints a live summary every second, and ends
-once every event is answered (or after ``--duration`` seconds).
+once every event is answered (or after ``--duration`` seconds). ``--short``
+is the same loop with a few dozen learners and a one-epoch model (under a minute).
 """
 
 from __future__ import annotations
@@ -17,17 +18,22 @@ import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
-DEMO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
+#: shipped inside the package (pyproject.toml's package data), so an installed wheel has it too
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "configs" / "demo.yaml"
+#: --short: learners replayed, rate, and the quick model's training population and epochs
+SHORT = {"learners": 30, "rate": 3000.0, "quick_learners": 40, "quick_epochs": 1}
 
 
 def register(sub) -> None:
     p = sub.add_parser("demo", help="embedded broker + quick model + engine + replay, with a live summary")
-    p.add_argument("--config", default=str(DEMO_CONFIG) if DEMO_CONFIG.exists() else None,
-                   help="settings file (default configs/demo.yaml)")
+    p.add_argument("--config", type=Path, default=DEMO_CONFIG, metavar="FILE", help="settings file")
     p.add_argument("--learners", type=int, default=300, help="simulated learners to replay")
     p.add_argument("--rate", type=float, default=1000.0, help="events per second offered")
     p.add_argument("--duration", type=float, default=90.0, help="stop after this many seconds of replay")
-    p.add_argument("--model", default=None, help="model family (overrides model.family)")
+    p.add_argument("--model", default=None, metavar="FAMILY", help="model family (overrides model.family)")
+    p.add_argument("--short", action="store_true",
+                   help=f"{SHORT['learners']} learners at {SHORT['rate']:.0f}/s, a model of {SHORT['quick_learners']} "
+                        f"learners and {SHORT['quick_epochs']} epoch: the whole loop in under a minute")
     p.set_defaults(func=run)
 
 
@@ -42,6 +48,12 @@ def malformed() -> list[bytes]:
 def run(args) -> int:
     if not getattr(args, "verbose", False):
         logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at INFO
+    if not args.config.is_file():
+        raise FileNotFoundError(f"settings file not found: {args.config}")
+    model = {"family": args.model} if args.model else {}
+    if args.short:
+        args.learners, args.rate = SHORT["learners"], SHORT["rate"]
+        model.update(quick_learners=SHORT["quick_learners"], quick_epochs=SHORT["quick_epochs"])
     import torch
 
     from connectors.broker import EMBEDDED, EmbeddedBroker
@@ -54,8 +66,11 @@ def run(args) -> int:
     from ktstream.engine.summary import Summary
     from ktstream.service import Service
 
+    if args.model:
+        from ktstream.cli.options import check_model
+
+        check_model(args.model)
     with EmbeddedBroker() as broker:
-        model = {"family": args.model} if args.model else {}
         s = load_settings(args.config, kafka={"bootstrap_servers": broker.bootstrap_servers, **EMBEDDED}, model=model)
         k = s.kafka
         broker.create_topics([k.topics.events, k.topics.predictions, k.topics.dead_letters], k.partitions)

@@ -6,8 +6,9 @@ every position the model's ``describe`` gives the attention of its last
 retriever layer over the cached past interactions. Row t of the heatmap is the
 prediction for interaction t, column j a past interaction; the weight left on
 "no history" is the extra first column. The model is a checkpoint
-(``ktstream train --out``) or, with ``--model``, a freshly built one (random
-weights: useful to look at the window and decay structure only).
+(``ktstream train -o DIR``, ``ktstream evaluate -o DIR``'s DIR/ckpt) or, with
+``--model``, a freshly built one: random weights, useful to look at the window
+and decay structure only, so the command says so on stderr and in the title.
 
     ktstream explain events.jsonl --learner u1 --checkpoint ckpt/ -o attention.png
 """
@@ -16,10 +17,11 @@ from __future__ import annotations
 
 import argparse
 import logging
+import sys
 from pathlib import Path
 
-import numpy as np
-import torch
+from ktstream.cli.main import UsageError
+from ktstream.cli.options import check_model, existing, model_kwargs
 
 log = logging.getLogger(__name__)
 
@@ -28,16 +30,21 @@ def register(sub) -> None:
     p = sub.add_parser("explain", help="heatmap PNG of an attention model's weights over one learner's history")
     p.add_argument("events", type=Path, help="canonical events (.jsonl / .parquet)")
     p.add_argument("--learner", required=True, help="learner_id to explain")
-    p.add_argument("--checkpoint", type=Path, help="checkpoint folder (config.json + weights.safetensors)")
-    p.add_argument("--model", default="akt", help="without --checkpoint: family of a freshly built model")
-    p.add_argument("--model-arg", action="append", default=[], metavar="KEY=JSON")
-    p.add_argument("--last", type=int, default=60, help="show the last N positions (default 60)")
-    p.add_argument("-o", "--out", type=Path, default=Path("attention.png"))
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--checkpoint", type=Path, metavar="DIR",
+                       help="model to load: checkpoint folder (config.json + weights.safetensors)")
+    which.add_argument("--model", metavar="FAMILY",
+                       help="an untrained model of this family (random weights: the window and decay structure only)")
+    p.add_argument("--model-arg", action="append", default=[], metavar="KEY=JSON",
+                   help="with --model: constructor argument (repeatable)")
+    p.add_argument("--last", type=int, default=60, help="show the last N positions")
+    p.add_argument("-o", "--out", type=Path, default=Path("attention.png"), metavar="FILE", help="PNG to write")
     p.set_defaults(func=run)
 
 
 def _load(args, records):
-    from ktstream.cli.evaluate import _model_kwargs
+    import torch
+
     from ktstream.data.histories import build_vocabularies
     from ktstream.evaluation.protocols import n_categories_of
     from ktstream.models import create
@@ -49,12 +56,23 @@ def _load(args, records):
     items, concepts = build_vocabularies(records)
     torch.manual_seed(0)
     model = create(args.model, n_items=len(items), n_concepts=len(concepts),
-                   n_categories=n_categories_of(records), **_model_kwargs(args.model_arg))
+                   n_categories=n_categories_of(records), **model_kwargs(args.model_arg))
     return model.eval(), items, concepts
 
 
 def run(args: argparse.Namespace) -> int:
+    existing(args.events, "events file")
+    if args.checkpoint is not None:
+        existing(args.checkpoint, "checkpoint folder")
+        if args.model_arg:
+            raise UsageError("--model-arg goes with --model (a checkpoint carries its own configuration)")
+    else:
+        check_model(args.model, model_kwargs(args.model_arg))
+        print(f"ktstream: warning: --model {args.model} has random weights (it was never trained): the map shows "
+              f"the model's structure, not what a trained model reads; give --checkpoint DIR for that",
+              file=sys.stderr)
     import matplotlib
+    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -66,11 +84,13 @@ def run(args: argparse.Namespace) -> int:
     records = read_events(args.events)
     mine = [r for r in records if r["learner_id"] == args.learner]
     if not mine:
-        raise SystemExit(f"learner {args.learner!r} has no events in {args.events}")
+        from ktstream.cli.main import unknown
+
+        raise unknown("learner", args.learner, {r["learner_id"] for r in records}, f" in {args.events}")
     model, items, concepts = _load(args, records)
     first = collate(encode(mine, items, concepts)).at(0)
     if "attention" not in model.predict(model.init_state(1), first, describe=True)[1]:
-        raise SystemExit(f"model family {model.name!r} has no attention to explain (try sakt, akt, simplekt)")
+        raise UsageError(f"model family {model.name!r} has no attention to explain (try sakt, akt, simplekt)")
     hist = collate(encode(mine, items, concepts))
     heat, infos = attention_map(model, hist)
     n = min(args.last, hist.shape[1])
@@ -90,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
                clip_on=False)
     ax.set_xlabel("past interaction (square: green correct, red not)")
     ax.set_ylabel("prediction for interaction")
-    ax.set_title(f"{model.name} - learner {args.learner}: mean entropy {entropy:.2f} nats, "
+    untrained = "UNTRAINED (random weights) " if args.checkpoint is None else ""
+    ax.set_title(f"{untrained}{model.name} - learner {args.learner}: mean entropy {entropy:.2f} nats, "
                  f"head diversity {diversity:.3f}", fontsize=10)
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)

@@ -17,24 +17,19 @@ from __future__ import annotations
 
 import logging
 import signal
+from typing import TYPE_CHECKING
 
-import torch
-
-from connectors.kafka import KafkaSource, admin, sink_for  # the only Kafka client code lives in connectors/
-from ktstream.config import ModelSettings, load_settings
-from ktstream.exceptions import ConfigError
-from ktstream.finetune.exceptions import RegistryError
-from ktstream.finetune.registry import ModelRegistry
-from ktstream.models.checkpoint import ServingModel, load_checkpoint
-from ktstream.service import Service
-from ktstream.state.changelog import changelog_topic
+if TYPE_CHECKING:
+    from ktstream.config import ModelSettings
+    from ktstream.models.checkpoint import ServingModel
 
 log = logging.getLogger(__name__)
 
 
 def register(sub) -> None:
     p = sub.add_parser("serve", help="run the streaming engine (Kafka in, predictions out, /metrics, /healthz)")
-    p.add_argument("--config", help="YAML settings file (see configs/default.yaml); KTSTREAM_* env overrides it")
+    p.add_argument("--config", help="YAML settings file (`ktstream config-reference --yaml` prints the defaults); "
+                   "KTSTREAM_* env overrides it")
     p.add_argument("--state-dir", help="durable learner state under this folder (overrides state.dir)")
     p.add_argument("--create-topics", action="store_true",
                    help="create the three topics first (kafka.partitions each); for development brokers")
@@ -49,12 +44,21 @@ def create_changelog(settings) -> str:
 def ensure_changelog(settings) -> tuple[str, bool]:
     """Create (or check) the changelog topic, compacted unless ``kafka.broker_compacts`` is false
     (connectors.kafka.admin.ensure_changelog); (its name, whether it is compacted)."""
+    from connectors.kafka import admin
+    from ktstream.state.changelog import changelog_topic
+
     k = settings.kafka
     name = changelog_topic(k.topics.events)
     return name, admin.ensure_changelog(k, name, k.partitions)
 
 
 def run(args) -> int:
+    import torch
+
+    from connectors.kafka import KafkaSource, admin, sink_for  # the only Kafka client code lives in connectors/
+    from ktstream.config import load_settings
+    from ktstream.service import Service
+
     if not getattr(args, "verbose", False):
         logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at INFO
     overrides = {"state": {"dir": args.state_dir}} if getattr(args, "state_dir", None) else {}
@@ -92,6 +96,9 @@ def load_model(cfg: ModelSettings) -> ServingModel:
     train-quick. A version that cannot be loaded is skipped with an error in the log (the engine's
     registry watcher then tries it once more and counts the failure in
     ``ktstream_model_load_failures_total``), so a bad promotion never makes a restart crash-loop."""
+    from ktstream.exceptions import ConfigError
+    from ktstream.models.checkpoint import ServingModel, load_checkpoint
+
     if cfg.registry is not None:
         if (found := _newest_loadable(cfg.registry)) is not None:
             return found
@@ -108,6 +115,10 @@ def load_model(cfg: ModelSettings) -> ServingModel:
 
 
 def _newest_loadable(root: str) -> ServingModel | None:
+    from ktstream.finetune.exceptions import RegistryError
+    from ktstream.finetune.registry import ModelRegistry
+    from ktstream.models.checkpoint import ServingModel
+
     registry = ModelRegistry(root, read_only=True)
     names = registry.versions()
     for name in reversed(names):

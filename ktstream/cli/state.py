@@ -28,7 +28,7 @@ def register(sub) -> None:
     e.add_argument("--state-dir", required=True)
     e.add_argument("--topic", required=True)
     e.add_argument("--partition", type=int, required=True)
-    e.add_argument("-o", "--output", default="-")
+    e.add_argument("-o", "--out", default="-", metavar="FILE", help="where to write (-: standard output)")
     e.set_defaults(func=export)
     m = verbs.add_parser("import", help="load a partition exported by `ktstream state export`")
     m.add_argument("--state-dir", required=True)
@@ -69,7 +69,7 @@ def export(args) -> int:
     from ktstream.state.sqlite import SqliteStore
 
     store, tp = SqliteStore(args.state_dir), (args.topic, args.partition)
-    out = sys.stdout if args.output == "-" else open(args.output, "w")
+    out = sys.stdout if args.out == "-" else open(args.out, "w")
     out.write(json.dumps({"topic": tp[0], "partition": tp[1], "offset": store.open(tp)}) + "\n")
     n = 0
     for st in store.learners(tp):

@@ -79,7 +79,9 @@ def benchmark(model_name: str, train_recs: Sequence[dict], valid_recs: Sequence[
 
 def prequential_time(model_name: str, records: Sequence[dict], select_from_ms: int, test_from_ms: int,
                      cfg: TrainConfig | None = None, model_kwargs: dict | None = None,
-                     serving_batch: int = 256) -> dict[str, Any]:
+                     serving_batch: int = 256, artifacts: dict | None = None) -> dict[str, Any]:
+    """Train before ``select_from_ms``, select on [select_from_ms, test_from_ms), test after; ``artifacts``,
+    when given, receives the tested model and its vocabularies (to save a checkpoint)."""
     cfg = cfg or TrainConfig()
     if any(r.get("event_time") is None for r in records):
         raise ValueError("the time-ordered protocol needs an event_time on every event; "
@@ -97,6 +99,8 @@ def prequential_time(model_name: str, records: Sequence[dict], select_from_ms: i
     fit_result = fit(model, train, before_test, cfg, valid_scored=valid_scored)
     everything = encode(records, items, concepts)
     model.cpu().eval()
+    if artifacts is not None:
+        artifacts.update(model=model, items=items, concepts=concepts)
     probs = []
     for g in range(0, len(everything), serving_batch):
         part = everything[g : g + serving_batch]

@@ -23,9 +23,10 @@ from typing import Any, Literal
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-DEFAULT_YAML = Path(__file__).resolve().parents[2] / "configs" / "default.yaml"
+DEFAULT_YAML = Path(__file__).resolve().parents[1] / "configs" / "default.yaml"
 FILES = [  # (title, what reads it, [(section name or None for the root, model ref)], environment prefix or None)
-    ("ktstream serve / demo / replay", "`--config FILE` (configs/default.yaml); environment overrides the file",
+    ("ktstream serve / demo / replay",
+     "`--config FILE` (ktstream/configs/default.yaml); environment overrides the file",
      [(None, "ktstream.config:Settings")], "KTSTREAM_"),
     ("ktstream archive", "`--config FILE` with `kafka` and `archive` sections; the file only (no environment)",
      [("kafka", "ktstream.config:KafkaSettings"), ("archive", "connectors.archive:ArchiveSettings")], None),
@@ -46,12 +47,12 @@ Each process reads one YAML file. `ktstream serve` (and `demo`, `replay`) also r
 variables, which win over the file: `KTSTREAM_` + the key in upper case with `__` between levels,
 e.g. `kafka.sasl_password` is `KTSTREAM_KAFKA__SASL_PASSWORD`. Secrets (type `SecretStr`) are never
 printed; put them in the environment, not in the file. Unknown keys are errors (a typo fails loudly).
-A meaning comes from the field's description in the code, else from its comment in configs/default.yaml.
+A meaning comes from the field's description in the code, else from its comment in ktstream/configs/default.yaml.
 """
 
 
 def yaml_comments(path: Path = DEFAULT_YAML) -> dict[str, str]:
-    """dotted key -> the comment after it in configs/default.yaml (its author's explanation)."""
+    """dotted key -> the comment after it in ktstream/configs/default.yaml (its author's explanation)."""
     out: dict[str, str] = {}
     stack: list[tuple[int, str]] = []
     for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:

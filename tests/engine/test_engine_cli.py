@@ -81,7 +81,7 @@ def test_serve_answers_a_replayed_log_and_stops_cleanly_on_sigterm(broker, kit, 
 
 @pytest.mark.slow  # trains a (very small) model: ~20-40 s
 def test_demo_runs_end_to_end_and_exits_zero(tmp_path):
-    demo = yaml.safe_load((ROOT / "configs" / "demo.yaml").read_text())
+    demo = yaml.safe_load((ROOT / "ktstream" / "configs" / "demo.yaml").read_text())
     demo["model"].update(quick_learners=40, quick_epochs=1)
     (tmp_path / "demo.yaml").write_text(yaml.safe_dump(demo))
     out = subprocess.run([sys.executable, "-m", "ktstream.cli.main", "demo", "--config", str(tmp_path / "demo.yaml"),

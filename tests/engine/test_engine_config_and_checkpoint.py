@@ -17,9 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_shipped_configs_load():
     for name in ("default.yaml", "demo.yaml"):
-        s = load_settings(ROOT / "configs" / name)
+        s = load_settings(ROOT / "ktstream" / "configs" / name)
         assert isinstance(s, Settings)
-    assert load_settings(ROOT / "configs" / "default.yaml") == Settings(), "default.yaml documents the defaults"
+    assert load_settings(ROOT / "ktstream" / "configs" / "default.yaml") == Settings(), "default.yaml documents the defaults"
 
 
 def test_environment_overrides_file_and_secrets_stay_secret(tmp_path, monkeypatch):

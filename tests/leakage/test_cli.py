@@ -26,7 +26,7 @@ def files(tmp_path):
 def args(files, test, out, *extra):
     return ["check-leakage", "--model", "dkt", "--model-arg", "dim=8", "--model-arg", "hidden=12",
             "--train", str(files["train"]), "--valid", str(files["valid"]), "--test", str(test),
-            "--fit-epochs", "1", "--random-label-epochs", "1", "--learners", "4", "--json", str(out), *extra]
+            "--fit-epochs", "1", "--random-label-epochs", "1", "--learners", "4", "-o", str(out), *extra]
 
 
 def test_clean_files_pass_and_write_a_report(files, tmp_path, capsys):

@@ -7,11 +7,12 @@ F (Khajah, Lindsey & Mozer, EDM 2016; pyBKT, Badrinath et al., EDM 2021;
 ``forget: false``, the default, is F = 0 as in the original model), the guess
 G = P(correct | not mastered) and the slip S = P(wrong | mastered). G and S
 are kept below 0.5 by their parametrisation (0.5 * sigmoid), the usual guard
-against the degenerate solution where "mastered" means "fails" (Beck & Chang,
-2007). The state of a learner is P(L) of every concept (B, n_concepts).
+against degenerate fits where "mastered" predicts failure (Beck & Chang, UM
+2007; Baker, Corbett & Aleven, ITS 2008). The state of a learner is P(L) of every concept (B, n_concepts).
 
-An item tagged with several concepts is handled as pyBKT handles multi-skill
-rows: every concept sees the response as if it were its own opportunity (its
+An item tagged with several concepts is handled as the usual expansion of
+multi-skill rows into one row per skill: every concept sees the response as if
+it were its own opportunity (its
 Bayesian posterior given the response, then the learning / forgetting
 transition), and the prediction is the *mean* of the concepts' predictive
 distributions. The mean, not the product: pyKT scores multi-concept questions

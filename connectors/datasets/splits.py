@@ -51,7 +51,7 @@ _EVENTS_SPLIT = re.compile(r"^(?P<part>train|valid|test)(?P<k>\d*)\.(jsonl|parqu
 
 def data_root(root: str | os.PathLike | None = None) -> Path:
     """The folder holding the data sets: `root`, else ``$KTSTREAM_DATA``, else ``../shared/data`` beside a
-    source checkout (an installed package has no default: set ``KTSTREAM_DATA``)."""
+    source checkout, else (an installed package) ``~/.ktstream/data``."""
     if root is not None:
         return Path(root)
     env = os.environ.get("KTSTREAM_DATA")

@@ -127,11 +127,27 @@ def one_line(exc: BaseException) -> str:
     if callable(errors) and type(cause).__name__ == "ValidationError" and str(cause) in text:
         where = text.split(str(cause))[0].rstrip(": ")
         problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg'][0].lower()}{e['msg'][1:]}"
+                             f"{_key_hint(cause.title, e) if e['type'] == 'extra_forbidden' else ''}"
                              for e in cause.errors())
         text = f"{where}: {problems}"
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         text = f"{exc.strerror}: {exc.filename}"
     return " ".join(text.split())
+
+
+#: modules whose pydantic settings classes a settings file is read into
+SETTINGS_MODULES = ("ktstream.config", "ktstream.finetune.settings", "connectors.archive")
+
+
+def _key_hint(title: str, error: dict) -> str:
+    """`` (did you mean 'x'?)`` for a misspelt settings key, from the fields of the class it was read into."""
+    try:
+        cls = next(c for m in SETTINGS_MODULES if (c := getattr(importlib.import_module(m), title, None)) is not None)
+        for key in error["loc"][:-1]:
+            cls = cls.model_fields[key].annotation
+        return suggest(str(error["loc"][-1]), cls.model_fields)
+    except Exception:  # noqa: BLE001 - a hint is optional; never fail while reporting an error
+        return ""
 
 
 def main(argv: list[str] | None = None) -> int:

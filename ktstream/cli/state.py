@@ -52,7 +52,8 @@ def inspect(args) -> int:
         store.open(tp)
     st = store.load(args.learner)
     if st is None:
-        print(f"learner {args.learner!r} is in no partition store under {args.state_dir}", file=sys.stderr)
+        print(f"ktstream: error: learner {args.learner!r} is in no partition store under {args.state_dir}",
+              file=sys.stderr)
         return 1
     shapes = {k: [list(v.shape), str(v.dtype).removeprefix("torch.")] for k, v in st.state.items()}
     print(json.dumps({"learner_id": st.learner_id, "partition": st.partition, "model_version": st.model_version,

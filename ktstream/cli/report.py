@@ -6,8 +6,9 @@
 The first results.json is the subject; the others join the comparison table.
 Per-prediction figures need the subject's predictions: ``--predictions FILE``,
 a predictions.parquet beside its results.json, or ``--checkpoint`` (the model
-``ktstream evaluate --checkpoint`` saved) with the test events (``--events``;
-for the benchmark protocol the dataset's own test split is read when omitted).
+``ktstream evaluate -o DIR`` saved in DIR/ckpt) with the test events
+(``--events``; by default the test.parquet beside the results.json, else, for the
+benchmark protocol on a named data set, that data set's own test split).
 """
 
 from __future__ import annotations
@@ -24,10 +25,12 @@ def register(sub) -> None:
     p = sub.add_parser("report", help="HTML report (plots, comparison, leakage gate) of evaluation results",
                        description=__doc__.split("\n")[0].split(": ", 1)[1])
     p.add_argument("results", nargs="+", type=Path, help="results.json of ktstream evaluate (first = subject)")
-    p.add_argument("-o", "--out", type=Path, default=Path("report.html"), help="HTML file to write")
+    p.add_argument("-o", "--out", type=Path, default=Path("report.html"), metavar="FILE", help="HTML file to write")
     p.add_argument("--label", action="append", default=[], help="a name per results file, in order")
-    p.add_argument("--checkpoint", type=Path, help="the subject's model (ktstream evaluate --checkpoint DIR)")
-    p.add_argument("--events", type=Path, help="the subject's test events (.jsonl / .parquet)")
+    p.add_argument("--checkpoint", type=Path, metavar="DIR",
+                   help="model to load: the subject's (ktstream evaluate -o DIR wrote it to DIR/ckpt)")
+    p.add_argument("--events", type=Path, metavar="FILE",
+                   help="the subject's test events (.jsonl / .parquet; default: test.parquet beside the results.json)")
     p.add_argument("--predictions", type=Path, help="per-prediction Parquet (default: beside the results.json)")
     p.add_argument("--save-predictions", type=Path, help="write the recomputed predictions here (Parquet)")
     p.add_argument("--gate", action="append", type=Path, default=[], help="leakage-gate report JSON (repeatable)")
@@ -36,30 +39,38 @@ def register(sub) -> None:
 
 
 def _test_events(args, subject: dict) -> list[dict] | None:
-    if args.events:
+    beside = args.results[0].parent / "test.parquet"
+    if args.events or beside.is_file():
         from ktstream.data.eventlog import read_events
 
-        return read_events(args.events)
+        return read_events(args.events or beside)
     if subject.get("protocol") == "benchmark" and subject.get("dataset"):
         from connectors.datasets import DATASET_FORMATS, options_of
-        from ktstream.cli.evaluate import load_benchmark_splits
+        from ktstream.cli.sources import load_splits, resolve
 
+        if subject["dataset"] not in DATASET_FORMATS:
+            return None
+        src = resolve(argparse.Namespace(dataset=subject["dataset"]))
         # "as given" means repeated rows were kept only where the format can merge them at all
-        mergeable = "keep_repeated_rows" in options_of(DATASET_FORMATS[subject["dataset"]])
-        keep = mergeable and subject.get("rows") == "as given"
-        return load_benchmark_splits(subject["dataset"], subject.get("fold", 1), keep)[2]
+        keep = "keep_repeated_rows" in options_of(src.format) and subject.get("rows") == "as given"
+        return load_splits(src, subject.get("fold", 1), keep)[2]
     return None
 
 
 def run(args: argparse.Namespace) -> int:
+    from ktstream.cli.main import UsageError
+    from ktstream.cli.options import existing
+
+    for path in (*args.results, args.checkpoint, args.events, args.predictions, *args.gate):
+        existing(path, "input")
+    if args.label and len(args.label) != len(args.results):
+        raise UsageError(f"give one --label per results file ({len(args.results)}), got {len(args.label)}")
     import torch
 
     from ktstream.reports import Predictions, ReportInputs, build_report, recompute
 
     torch.set_num_threads(1)
     results = [json.loads(p.read_text(encoding="utf-8")) for p in args.results]
-    if args.label and len(args.label) != len(results):
-        raise SystemExit(f"give one --label per results file ({len(results)}), got {len(args.label)}")
     subject = results[0]
     model = records = predictions = None
     beside = args.results[0].parent / "predictions.parquet"
@@ -69,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         net, items, concepts, version = load_checkpoint(args.checkpoint)
         records = _test_events(args, subject)
         if records is None:
-            raise SystemExit("--checkpoint needs --events (the test events) for this results file")
+            raise UsageError("--checkpoint needs --events (the test events) for this results file")
         model = (net, items, concepts)
     if args.predictions or (beside.is_file() and not args.checkpoint):
         predictions = Predictions.load(args.predictions or beside)

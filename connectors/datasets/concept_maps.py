@@ -87,3 +87,36 @@ def resolve_concept_map(concepts: str | Path | Mapping[str, list[str]] | None,
         found = find_concept_map(input_path)
         return (load_concept_map(found), str(found)) if found else (None, "identity")
     return load_concept_map(concepts), str(concepts)
+
+
+def load_concept_names(folder: str | Path) -> dict[str, str]:
+    """Concept id -> the name the data set ships for it, from the side files in ``folder`` ({} if none).
+
+    Understood: DKVMN's ``*_sname_sid`` (name, id) and ``*_sid_sname`` / ``*_qid_sid_sname`` (id[s], name;
+    with or without a header) and pyKT/AKT's ``skill.json`` ({name: index}). Ids whose name is empty, or
+    equal to the id, are left out: a report then shows the id alone.
+
+    >>> import tempfile
+    >>> d = Path(tempfile.mkdtemp())
+    >>> _ = (d / "toy_sname_sid").write_text("Circumference\\t31\\nRounding\\t38\\n")
+    >>> load_concept_names(d)
+    {'31': 'Circumference', '38': 'Rounding'}
+    """
+    folder = Path(folder)
+    names: dict[str, str] = {}
+    if (folder / "skill.json").is_file():
+        import json
+
+        names.update({str(index): str(name) for name, index in json.loads((folder / "skill.json").read_text(
+            encoding="utf-8")).items()})
+    for path in sorted(folder.glob("*_sname_sid")) + sorted(folder.glob("*_sid_sname")):
+        name_first = path.name.endswith("_sname_sid")
+        with open(path, encoding="utf-8-sig", newline="") as fh:
+            for row in csv.reader(fh, delimiter="\t"):
+                if len(row) < 2:
+                    continue
+                sid, name = (row[-1], row[0]) if name_first else (row[-2], row[-1])
+                sid, name = sid.strip(), name.strip()
+                if sid.isdigit() and name and name != sid:
+                    names.setdefault(sid, name)
+    return names

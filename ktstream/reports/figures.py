@@ -45,25 +45,55 @@ def auc_interval(y: np.ndarray, p: np.ndarray) -> tuple[float, float]:
     return a, math.sqrt(max(a * (1 - a) + (n1 - 1) * (q1 - a * a) + (n0 - 1) * (q2 - a * a), 0.0) / (n1 * n0))
 
 
-def reliability(p: np.ndarray, y: np.ndarray, bins: int = 10, title: str = "Reliability diagram") -> bytes:
-    """Observed share correct vs mean predicted P(correct) per bin, with the count per bin below."""
+def wilson_interval(k: np.ndarray, n: np.ndarray, z: float = 1.96) -> tuple[np.ndarray, np.ndarray]:
+    """Wilson score interval of the share k / n (per element; n = 0 gives (0, 1)).
+
+    Unlike the normal approximation it stays inside [0, 1] and does not collapse to a point when the
+    share is 0 or 1, so a bin of 3 predictions, all correct, reads (0.44, 1.0), not (1.0, 1.0).
+
+    >>> low, high = wilson_interval(np.array([3, 50]), np.array([3, 100]))
+    >>> [round(float(x), 3) for x in low], [round(float(x), 3) for x in high]
+    ([0.438, 0.404], [1.0, 0.596])
+    """
+    k, n = np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
+    safe = np.maximum(n, 1)
+    share = k / safe
+    denom = 1 + z * z / safe
+    centre = (share + z * z / (2 * safe)) / denom
+    half = z * np.sqrt(share * (1 - share) / safe + z * z / (4 * safe * safe)) / denom
+    low, high = np.clip(centre - half, 0, 1), np.clip(centre + half, 0, 1)
+    return np.where(n > 0, low, 0.0), np.where(n > 0, high, 1.0)
+
+
+def reliability(p: np.ndarray, y: np.ndarray, bins: int = 10, title: str = "Reliability diagram",
+                min_count: int = 30) -> bytes:
+    """Observed share correct vs mean predicted P(correct) per bin, with the count per bin below.
+
+    Each point carries its 95% Wilson interval; bins with fewer than ``min_count`` predictions are not
+    drawn (their share says little; the count panel still shows them, and the ECE uses every bin).
+    """
     p, y = np.asarray(p, dtype=np.float64), np.asarray(y, dtype=np.float64)
     idx = np.minimum((p * bins).astype(int), bins - 1)
     n = np.bincount(idx, minlength=bins)
     mean_p = np.bincount(idx, p, bins) / np.maximum(n, 1)
-    observed = np.bincount(idx, y, bins) / np.maximum(n, 1)
+    correct = np.bincount(idx, y, bins)
+    observed = correct / np.maximum(n, 1)
     ece = float((np.abs(mean_p - observed) * n).sum() / max(n.sum(), 1))
     fig, (ax, hx) = plt.subplots(2, 1, figsize=(5.6, 6.2), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     ax.plot([0, 1], [0, 1], ls="--", color="grey", lw=1, label="perfectly calibrated")
-    has = n > 0
-    err = 1.96 * np.sqrt(observed * (1 - observed) / np.maximum(n, 1))  # binomial 95% interval of each share
-    ax.errorbar(mean_p[has], observed[has], yerr=err[has], fmt="o-", color="C0", capsize=3,
-                label="model (bars: 95% interval)")
+    shown = n >= min_count
+    low, high = wilson_interval(correct, n)
+    err = np.vstack([observed - low, high - observed])[:, shown]
+    ax.errorbar(mean_p[shown], observed[shown], yerr=err, fmt="o-", color="C0", capsize=3,
+                label="model (bars: 95% Wilson interval)")
+    hidden = int(((n > 0) & ~shown).sum())
+    note = f"; {hidden} bin(s) under {min_count} predictions not drawn" if hidden else ""
     ax.set(ylabel="observed share correct", xlim=(0, 1), ylim=(0, 1),
-           title=f"{title}\nexpected calibration error {ece:.3f} over {int(n.sum()):,} predictions")
+           title=f"{title}\nexpected calibration error {ece:.3f} over {int(n.sum()):,} predictions{note}")
     ax.legend(loc="upper left")
     ax.grid(alpha=0.3)
-    hx.bar((np.arange(bins) + 0.5) / bins, n, width=0.9 / bins, color="C0", alpha=0.6)
+    hx.bar((np.arange(bins) + 0.5) / bins, n, width=0.9 / bins, color=np.where(shown, "C0", "lightgrey"), alpha=0.6)
+    hx.axhline(min_count, ls=":", color="grey", lw=1)
     hx.set(xlabel="predicted P(correct), binned", ylabel="predictions")
     return to_png(fig)
 

@@ -3,8 +3,8 @@
 Everything lands in one file: images are ``data:image/png;base64`` URIs and the
 style sheet is inline, so the report can be mailed or attached to a ticket.
 
->>> table([{"model": "dkt", "auc": 0.81234}], ["model", "auc"])
-'<table><thead><tr><th>model</th><th>auc</th></tr></thead><tbody><tr><td>dkt</td><td class="num">0.8123</td></tr></tbody></table>'
+>>> table([{"model": "dkt", "log_loss": 0.81234}], ["model", "log_loss"])
+'<div class="table"><table><thead><tr><th>model</th><th>log loss</th></tr></thead><tbody><tr><td>dkt</td><td class="num">0.8123</td></tr></tbody></table></div>'
 >>> escape("<b>")
 '&lt;b&gt;'
 """
@@ -20,9 +20,12 @@ STYLE = """
 body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 2em auto; max-width: 1100px;
        color: #1d2329; line-height: 1.45; padding: 0 1em; }
 h1 { font-size: 1.6em; margin-bottom: 0.2em; } h2 { border-bottom: 1px solid #d0d7de; padding-bottom: 0.2em; }
-table { border-collapse: collapse; margin: 0.6em 0 1.2em; font-size: 0.9em; }
-th, td { border: 1px solid #d0d7de; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
-th { background: #f3f5f7; } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+.table { max-width: 100%; overflow-x: auto; margin: 0.6em 0 1.2em; }
+table { border-collapse: collapse; font-size: 0.85em; }
+th, td { border: 1px solid #d0d7de; padding: 0.25em 0.5em; text-align: left; vertical-align: top;
+         overflow-wrap: anywhere; }
+td { min-width: 3em; } th { background: #f3f5f7; overflow-wrap: normal; hyphens: auto; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; min-width: 0; }
 figure { margin: 1em 0 1.6em; } figure img { max-width: 100%; border: 1px solid #eaeef2; }
 figcaption { font-size: 0.9em; color: #4b5561; max-width: 900px; }
 .pass { color: #1a7f37; font-weight: 600; } .fail { color: #cf222e; font-weight: 600; }
@@ -56,9 +59,11 @@ class Raw(str):
 
 
 def table(rows: Sequence[dict[str, Any]], columns: Sequence[str], headers: Sequence[str] | None = None) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in (headers or columns))
+    """A table in a box as wide as the page: text cells wrap (long labels, ids, details), headers read
+    ``log_loss`` as "log loss", so the table fits the page instead of widening it."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in (headers or [c.replace("_", " ") for c in columns]))
     body = "".join("<tr>" + "".join(cell(r.get(c)) for c in columns) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return f'<div class="table"><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
 def figure(png: bytes, alt: str, caption: str) -> str:

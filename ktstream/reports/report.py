@@ -44,6 +44,7 @@ class ReportInputs:
     records: Sequence[dict] | None = None
     gates: Sequence[dict[str, Any]] = field(default_factory=list)
     title: str | None = None
+    concept_names: dict[str, str] = field(default_factory=dict)  # concept id -> the data set's name for it
 
 
 def comparison_row(label: str, r: dict[str, Any]) -> dict[str, Any]:
@@ -52,7 +53,7 @@ def comparison_row(label: str, r: dict[str, Any]) -> dict[str, Any]:
             "labels": "coin flips" if r.get("random_labels") else "real", "n": t.get("n"), "auc": t.get("auc"),
             "accuracy": t.get("accuracy"), "log_loss": t.get("log_loss"), "rmse": t.get("rmse"),
             "brier": t.get("brier"), "best_epoch": r.get("fit", {}).get("best_epoch"),
-            "minutes": None if r.get("minutes") is None else f"{r['minutes']:.1f}"}
+            "minutes": None if r.get("minutes") is None else f"{r['minutes']:.2f}"}  # stored to hundredths
 
 
 def _comparison(inp: ReportInputs, labels: list[str]) -> str:
@@ -91,9 +92,10 @@ def _calibration(inp: ReportInputs, label: str) -> str:
             "events), or --predictions predictions.parquet, to get the reliability diagram and AUC over time.", "note"))
     parts = [figure(figures.reliability(p.p_correct, p.correct, title=f"{label}: reliability"),
                     "reliability diagram", "Each point: predictions in one P(correct) bin; its height is the share "
-                    "that was correct. Points on the diagonal mean the probabilities can be taken at face value; "
-                    "below it the model is over-confident, above it under-confident. Bars: how many predictions "
-                    "each bin holds.")]
+                    "that was correct, with its 95% Wilson interval. Points on the diagonal mean the probabilities "
+                    "can be taken at face value; below it the model is over-confident, above it under-confident. "
+                    "Bins with fewer than 30 predictions are not drawn (grey in the count panel below, which "
+                    "shows how many predictions each bin holds); the calibration error counts every bin.")]
     over_time = figures.auc_over_time(p.times, p.p_correct, p.correct) if p.has_times else None
     parts.append(figure(over_time, "AUC over event time", "Test AUC per slice of event time with a 95% interval; "
                         "a downward slope means the model ages (the fine-tuning cycle exists for that).")
@@ -117,9 +119,11 @@ def _model_figures(inp: ReportInputs) -> str:
             "No model and events given: pass --checkpoint and --events for per-learner figures.", "note"))
     model, items, concepts = inp.model
     parts = []
-    mastery = trajectories.mastery_figure(model, items, concepts, inp.records)
+    mastery = trajectories.mastery_figure(model, items, concepts, inp.records, concept_names=inp.concept_names)
     if mastery:
-        parts.append(figure(mastery, "mastery trajectories", MASTERY_CAPTION))
+        named = (" Concepts carry their names from the data set (id in brackets)." if inp.concept_names else
+                 " The data set ships no concept names: concepts are shown by id.")
+        parts.append(figure(mastery, "mastery trajectories", MASTERY_CAPTION + named))
     heat = trajectories.attention_figure(model, items, concepts, inp.records)
     parts.append(figure(heat, "attention heatmaps", "Row t: the weights behind the prediction for interaction t "
                         "over the interactions before it (causal: nothing right of the diagonal).") if heat else

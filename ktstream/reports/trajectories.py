@@ -27,6 +27,16 @@ from ktstream.reports.figures import plt, to_png
 from ktstream.serving.mastery import mastery_curves
 
 
+def concept_label(concept: str, names: dict[str, str]) -> str:
+    """A concept as a reader knows it: the data set's name for it (with the id), else "concept <id>".
+
+    >>> concept_label("31", {"31": "Circumference"}), concept_label("31", {})
+    ('Circumference (31)', 'concept 31')
+    """
+    name = names.get(concept)
+    return f"{name} ({concept})" if name and name != concept else f"concept {concept}"
+
+
 def sample_learners(records: Sequence[dict], n: int) -> list[str]:
     """The ``n`` learners with the most interactions (ties: id order), for a stable choice."""
     counts = Counter(r["learner_id"] for r in records if r.get("response") is not None)
@@ -35,8 +45,10 @@ def sample_learners(records: Sequence[dict], n: int) -> list[str]:
 
 def mastery_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, records: Sequence[dict],
                    learners: int = 3, per_learner: int = 4, items_per_concept: int = 10,
-                   max_positions: int = 150) -> bytes | None:
-    """Curves of sample learners' first ``max_positions`` interactions (where learning shows; readable dots)."""
+                   max_positions: int = 150, concept_names: dict[str, str] | None = None) -> bytes | None:
+    """Curves of sample learners' first ``max_positions`` interactions (where learning shows; readable dots);
+    concepts labelled with ``concept_names`` (the data set's own names) where given."""
+    names = concept_names or {}
     chosen = set(sample_learners(records, learners))
     grouped = group_by_learner(r for r in records if r["learner_id"] in chosen)
     if not grouped:
@@ -58,7 +70,7 @@ def mastery_figure(model: KTModel, items: Vocabulary, concepts: Vocabulary, reco
         curves, theta = mastery_curves(model, items, concepts, recs, probes)
         x = np.arange(len(curves))
         for j, c in enumerate(top):
-            line, = ax.plot(x, curves[:, j], lw=1.6, label=f"concept {c} ({len(probes[c])} items)")
+            line, = ax.plot(x, curves[:, j], lw=1.6, label=f"{concept_label(c, names)}, {len(probes[c])} items")
             hits = [(t + 1, r["response"]) for t, r in enumerate(recs) if c in (r.get("concept_ids") or ())
                     and r.get("response") is not None]
             for t, resp in hits:

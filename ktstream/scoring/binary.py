@@ -79,9 +79,18 @@ def summarize(y, p, positions=None) -> dict:
 
 
 def format_table(rows: list[dict], columns: list[str]) -> str:
-    """Plain-text table (markdown pipe syntax) of result rows."""
-    def cell(v):
-        return f"{v:.4f}" if isinstance(v, float) else str(v)
+    """Plain-text table (markdown pipe syntax) of result rows: metrics to 4 decimals, durations in
+    minutes (columns ending in ``minutes``, stored to hundredths) to 2, as the HTML report prints them.
+
+    >>> print(format_table([{"auc": 0.65, "minutes": 0.65}], ["auc", "minutes"]))
+    | auc | minutes |
+    |---|---|
+    | 0.6500 | 0.65 |
+    """
+    def cell(column, v):
+        if isinstance(v, float):
+            return f"{v:.2f}" if column.endswith("minutes") else f"{v:.4f}"
+        return str(v)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(cell(r.get(c, "")) for c in columns) + " |" for r in rows]
+    lines += ["| " + " | ".join(cell(c, r.get(c, "")) for c in columns) + " |" for r in rows]
     return "\n".join(lines)

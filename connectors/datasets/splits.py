@@ -238,14 +238,18 @@ def stream_inputs(path: str | os.PathLike, format: str) -> list[Path]:
         return [path]
     if format == "ednet-kt1":
         return [path]
+    if format == EVENTS:  # canonical logs: a run folder's train, valid and test, else every log in the folder
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in EVENT_SUFFIXES)
+        files = [p for p in files if _EVENTS_SPLIT.match(p.name)] or files
+        if not files:
+            raise DatasetFormatError(f"no .jsonl or .parquet event logs in {path}")
+        return files
     whole = split_files_at(path).whole
     if whole:
         return list(whole)
     files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in (".csv", ".txt", ".tsv"))
     if format in ("datashop", "assistments-raw"):
         files = [p for p in files if _header_format(p) == format]
-    elif format == EVENTS:
-        files = sorted(p for p in path.iterdir() if p.suffix in EVENT_SUFFIXES)
     if not files:
         raise DatasetFormatError(f"no {format} files in {path}")
     return files

@@ -37,6 +37,10 @@ def test_format_detection(tmp_path):
     files = split_files_at(tmp_path / "dkvmn")
     assert (files.train.name, files.test.name, files.folds) == ("toy_train.csv", "toy_test.csv", ())
     assert [p.name for p in stream_inputs(tmp_path / "dkvmn", "dkvmn")] == ["toy_train.csv", "toy_test.csv"]
+    for name in ("valid.jsonl", "test.jsonl", "predictions.parquet"):
+        (tmp_path / "events" / name).write_text("")
+    assert [p.name for p in stream_inputs(tmp_path / "events", "events")] == ["test.jsonl", "train.jsonl",
+                                                                            "valid.jsonl"]
 
 
 @pytest.fixture(scope="module")

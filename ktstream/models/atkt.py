@@ -89,6 +89,7 @@ class ATKT(KTModel):
     carries_state = True
     state_kind = "dense"
     tiny_config = {"skill_dim": 8, "answer_dim": 4, "hidden": 12, "attention_dim": 6, "window": 6}
+    query_block = 256  # queries per attention block in forward (memory, not results: O(T (block + W)))
 
     def __init__(self, n_items: int, n_concepts: int, n_categories: int = 2, skill_dim: int = 256,
                  answer_dim: int = 96, hidden: int = 80, attention_dim: int = 80, window: int = 200,
@@ -139,9 +140,10 @@ class ATKT(KTModel):
         log_probs, final, _, _ = self._forward(histories, state)
         return log_probs, final
 
-    def _forward(self, h: Histories, state: State | None):
+    def _forward(self, h: Histories, state: State | None, block: int | None = None):
         """log-probs (B, T, K), the final state, the weights (B, T, W + T) over the carried window then
-        the chunk's hidden states (applied first), and that order (B, T)."""
+        the chunk's hidden states (applied first; None when the queries ran in several blocks of
+        ``block``, default ``query_block``), and that order (B, T)."""
         B, T = h.shape
         W = self.window
         state = state if state is not None else self.init_state(B)
@@ -160,13 +162,21 @@ class ATKT(KTModel):
         ar = torch.arange(max(W, T), device=n0.device)
         number = torch.cat([n0 - W + ar[:W], n0 + ar[:T]], 1)  # (B, W + T): the key is the state after this interaction
         valid = torch.cat([number[:, :W] >= 0, ar[:T].unsqueeze(0) < count.unsqueeze(1)], 1)
-        n = (n0 + before).unsqueeze(-1)  # (B, T, 1) interactions applied before t's step
-        key = number.unsqueeze(1)
-        visible = valid.unsqueeze(1) & (key < n) & (key >= n - W)  # (B, T, W + T)
         keys = torch.cat([state["window"], out], 1)  # (B, W + T, H)
         scores = torch.cat([state["scores"], self.attention(out)], 1)  # (B, W + T)
-        weights = self._weights(scores, visible, valid)
-        log_probs = self._head(weights @ keys, latest, q)
+        # query t reads the keys of numbers [n - W, n), n = n0 + before[t]: places [before[t], before[t] + W)
+        reads, weights = [], None
+        block = self.query_block if block is None else block
+        for s in range(0, T, block):
+            e = min(T, s + block)
+            first = before[:, s:e].unsqueeze(-1)  # (B, Tb, 1)
+            lo, hi = (0, W + T) if e - s == T else (int(first.min()), min(W + T, int(first.max()) + W))
+            place = torch.arange(lo, hi, device=first.device)
+            visible = valid[:, lo:hi].unsqueeze(1) & (place >= first) & (place < first + W)  # (B, Tb, hi - lo)
+            w = self._weights(scores[:, lo:hi], visible, valid[:, lo:hi])
+            reads.append(w @ keys[:, lo:hi])
+            weights = w if e - s == T else None
+        log_probs = self._head(torch.cat(reads, 1), latest, q)
         total = state["applied"] + count
         slot = number - (total.unsqueeze(1) - W)  # (B, W + T): where each key lands in the final window
         index = torch.where(valid & (slot >= 0), slot, W)  # everything else to a spare slot, cut off
@@ -180,7 +190,7 @@ class ATKT(KTModel):
         interaction at position j (no carried state: every key is one of the chunk's positions)."""
         B, T = histories.shape
         with torch.no_grad():
-            _, _, weights, order = self._forward(histories, None)
+            _, _, weights, order = self._forward(histories, None, block=max(T, 1))
         new = weights[..., self.window:]  # (B, T, T), keys in applied-first order
         maps = torch.zeros_like(new).scatter(2, order.unsqueeze(1).expand(B, T, T), new)
         return [{"weights": maps.unsqueeze(1), "keys": "past", "name": "hidden-state attention"}]

@@ -20,6 +20,7 @@ from ktstream.models.atkt import ATKT, visible_softmax
 
 class OriginalATKT(ATKT):
     name = "leaky-atkt"
+    query_block = 1 << 30  # one block: the normaliser sees every key of the chunk
 
     def _weights(self, scores: torch.Tensor, visible: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
         everything = valid.unsqueeze(1).expand_as(visible)  # THE BUG: every key of the chunk, later ones too

@@ -74,3 +74,18 @@ def test_adversarial_term_is_beta_times_the_loss_on_perturbed_embeddings(make_hi
     assert torch.equal(again, clean), "training_loss leaves forward unperturbed"
     off, _ = build(dropout=0.0, epsilon=2.0, beta=0.0).training_loss(hist, base(model))
     assert torch.equal(off, clean)
+
+
+def test_queries_in_blocks_read_what_one_block_reads(make_histories):
+    """Long chunks attend in blocks of ``query_block`` queries over a slice of the keys (memory
+    O(T (block + W))): the same predictions and final state, also after a carried state."""
+    model = build(window=5)
+    _, hist = make_histories([70, 41, 66], N_ITEMS, N_CONCEPTS, 2, seed=3, step_prob=0.3)
+    with torch.no_grad():
+        first, state = model(hist.window(0, 20))
+        whole = model._forward(hist.window(20, 70), state, block=1000)
+        blocked = model._forward(hist.window(20, 70), state, block=7)
+    assert whole[2] is not None and blocked[2] is None
+    assert torch.allclose(whole[0], blocked[0], atol=1e-6)
+    for k in whole[1]:
+        assert torch.equal(whole[1][k], blocked[1][k]), k

@@ -105,7 +105,7 @@ class Trained:
 def save(model: KTModel, vocab: Vocab, path: str | Path, version: str | None = None) -> Path:
     """Write ``model`` and ``vocab`` to the checkpoint folder ``path`` (made if need be); returns it.
     ``version`` labels it (default: the family's name)."""
-    folder = save_checkpoint(path, model.cpu(), vocab.items, vocab.concepts, version or model.name)
+    folder = save_checkpoint(path, model, vocab.items, vocab.concepts, version or model.name)
     (folder / PROBES).write_text(json.dumps(vocab.probes, indent=1), encoding="utf-8")
     return folder
 

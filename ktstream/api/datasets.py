@@ -5,7 +5,9 @@
 - a data set we know by name (``DATASET_FORMATS``), from the data root (``$KTSTREAM_DATA``);
 - any folder of split files (``<prefix>_train.csv`` / ``_test.csv``, ``_train{k}`` / ``_valid{k}`` /
   ``_test{k}``; canonical ``train.jsonl`` / ``valid`` / ``test``) in a converter's format (``format=``,
-  else known from the folder's name), or a folder of one format without split files (the whole stream);
+  else known from the folder's name, or told from its files as ``ktstream evaluate --data`` does:
+  ``connectors.datasets.splits.detect_format``), or a folder of one format without split files (the
+  whole stream);
 - a canonical event file (``.jsonl`` / ``.parquet``), or a file in a converter's format (``format=``);
 - a pandas DataFrame, a pyarrow Table or a list of event dicts (ktstream.api.events).
 
@@ -39,14 +41,13 @@ from typing import Any
 
 from connectors.datasets import (CONVERTERS, DATASET_FORMATS, ConversionStats, DatasetFormatError, convert,
                                  data_root, dataset_dir, iter_events, options_of, split_files)
+from connectors.datasets.splits import EVENT_SUFFIXES, EVENTS, detect_format, split_files_at, stream_inputs
 from ktstream.api.events import is_table, records_frame, to_records
 from ktstream.data.eventlog import read_events
 from ktstream.data.histories import group_by_learner
 
-#: The format name of canonical event logs (``ktstream convert``'s output).
-EVENTS = "events"
-EVENT_SUFFIXES = (".jsonl", ".parquet")
-_SPLIT_FILE = re.compile(r"^(?:(?P<prefix>.+?)_)?(?P<part>train|valid|test)(?P<k>\d*)\.(?P<ext>csv|jsonl|parquet)$")
+#: A validation file beside a fixed train / test pair (``SplitFiles`` keeps folds' validation files only).
+_FIXED_VALID = re.compile(r"^(?:.+_valid\.csv|valid\.(?:jsonl|parquet))$")
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class Dataset:
         text = (f"Dataset({self.name!r}, format {self.format!r}, rows {self.rows}, {learners(self.events)} learners, "
                 f"{len(self.events)} events")
         if self.train is not None:
-            fold = f"fold {self.fold}" if self.fold is not None else "split"
+            fold = f"fold {self.fold}" if self.fold is not None else "splits"
             valid = "none" if self.valid is None else learners(self.valid)
             text += f"; {fold}: train {learners(self.train)} learners, valid {valid}, test {learners(self.test or [])}"
         return text + ")"
@@ -159,50 +160,37 @@ def load_dataset(source: Any, *, format: str | None = None, fold: int = 1, keep_
     base = Dataset(path.stem if path.is_file() else path.name, [], format=fmt, rows=rows)
     if path.is_file():
         return replace(base, events=read(path))
-    train_f, valid_f, test_f = _split_paths(path, fold)
+    train_f, valid_f, test_f, used = _split_paths(path, fold)
     if train_f is not None and test_f is not None:
         train, test = read(train_f), read(test_f)
         valid = read(valid_f) if valid_f is not None else None
-        return replace(base, events=train + (valid or []) + test, train=train, valid=valid, test=test, fold=fold)
-    return replace(base, events=read_all(_whole_stream(path, fmt)))
+        return replace(base, events=train + (valid or []) + test, train=train, valid=valid, test=test, fold=used)
+    return replace(base, events=read_all(stream_inputs(path, fmt)))
 
 
 def _format_of(path: Path) -> str:
-    """The format of a file or folder we can tell without reading it: canonical logs and known folder names."""
-    if path.is_file() and path.suffix in EVENT_SUFFIXES:
-        return EVENTS
+    """The format of a folder named as a data set we know, or holding canonical logs, else what its files say
+    (``detect_format``)."""
+    if path.is_dir() and path.name in DATASET_FORMATS:
+        return DATASET_FORMATS[path.name]
     if path.is_dir() and any(p.suffix in EVENT_SUFFIXES for p in path.iterdir()):
         return EVENTS
-    if path.name in DATASET_FORMATS:
-        return DATASET_FORMATS[path.name]
-    raise ValueError(f"cannot tell the format of {path}; give format=, one of "
-                     f"{', '.join(sorted([*CONVERTERS, EVENTS]))}")
+    try:
+        return detect_format(path)
+    except DatasetFormatError as exc:
+        raise DatasetFormatError(str(exc).replace("give --format", "give format=")) from None
 
 
-def _split_paths(folder: Path, fold: int) -> tuple[Path | None, Path | None, Path | None]:
-    """(train, valid, test) split files of ``folder``: fold ``fold`` where there are folds (its test file, else
-    the fixed one), else the fixed train / test pair; (None, None, None) without split files."""
-    fixed: dict[str, Path] = {}
-    folds: dict[int, dict[str, Path]] = {}
-    for path in sorted(folder.iterdir()):
-        m = _SPLIT_FILE.match(path.name)
-        if m and (m["ext"] == "csv") == (m["prefix"] is not None):
-            (folds.setdefault(int(m["k"]), {}) if m["k"] else fixed)[m["part"]] = path
-    chosen = folds.get(fold, {})
-    if "train" in chosen:
-        return chosen["train"], chosen.get("valid"), chosen.get("test") or fixed.get("test")
-    return fixed.get("train"), fixed.get("valid"), fixed.get("test")
-
-
-def _whole_stream(folder: Path, fmt: str) -> list[Path]:
-    """The files that hold the whole stream of a folder without split files (EdNet: the folder itself)."""
-    if fmt == "ednet-kt1":
-        return [folder]
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix in (EVENT_SUFFIXES if fmt == EVENTS
-                                                                                else (".csv",)))
-    if not files:
-        raise DatasetFormatError(f"no {fmt} files in {folder}")
-    return files
+def _split_paths(folder: Path, fold: int) -> tuple[Path | None, Path | None, Path | None, int | None]:
+    """(train, valid, test) split files of ``folder`` and the fold they are: fold ``fold`` where there are folds
+    (its test file, else the fixed one), else the fixed train / test pair (and a fixed validation file beside it;
+    fold None); Nones without split files."""
+    files = split_files_at(folder)
+    chosen = next((f for f in files.folds if f.k == fold), None)
+    if chosen is not None:
+        return chosen.train, chosen.valid, chosen.test or files.test, fold
+    valid = next((p for p in sorted(folder.iterdir()) if _FIXED_VALID.match(p.name)), None)
+    return files.train, valid, files.test, None
 
 
 def _reader(fmt: str, opts: dict[str, Any]):

@@ -54,7 +54,16 @@ def test_repeated_rows_are_merged_unless_kept(tmp_path):
     kept = ktstream.load_dataset(folder, format="akt", keep_repeated_rows=True)
     assert (len(merged.train), merged.rows, len(kept.train), kept.rows) == (2, "merged", 3, "as given")
     assert merged.train[0]["concept_ids"] == ["1", "2"]
-    assert merged.valid is None  # no validation file: train() holds learners out itself
+    assert merged.valid is None and merged.fold is None  # no validation file: train() holds learners out itself
+
+
+def test_a_folder_of_our_own_in_a_format_its_files_show(tmp_path):
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for i, part in enumerate(("train1", "valid1", "test1")):  # AKT's blocks: "index,user_id" with numeric ids
+        (folder / f"mine_{part}.csv").write_text(akt_block(i, str(900 + i), [5, 6], [1, 2], [1, 0]))
+    data = ktstream.load_dataset(folder)
+    assert (data.format, data.fold, learners(data.valid)) == ("akt", 1, {"901"})
 
 
 def test_folders_and_files_of_canonical_events(tmp_path):

@@ -77,6 +77,9 @@ class ArchiveSettings(BaseModel):
                                    "are its own)")
     dead_letter_timeout_s: float = Field(30.0, gt=0, description="longest wait for the dead letters' "
                                                                  "acknowledgement before a flush fails")
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = Field(9466, ge=0, le=65535, description="/metrics, /healthz and /readyz (the "
+                                                                       "engine's HTTP server); None: off")
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -186,6 +189,9 @@ class Archiver:
         self.source, self.writer, self.dead_letters, self.settings = source, writer, dead_letters, settings
         self._letters: list[tuple[TopicPartition, Output]] = []  # sent at the next flush, before the commit
         self.dead_lettered: Counter[str] = Counter()  # reason -> records
+        self.last_step = time.monotonic()  # liveness: the loop polled
+        self.joined = False  # readiness: a first assignment arrived
+        source.on_assigned = lambda partitions: setattr(self, "joined", True)
         source.on_revoked = lambda partitions: self.flush()  # commit what we hold before it moves
         source.on_lost = self.drop
 
@@ -215,6 +221,7 @@ class Archiver:
 
     def step(self, timeout_s: float, max_records: int) -> int:
         """One poll; flush and commit when due. Returns the number of records polled."""
+        self.last_step = time.monotonic()
         records = self.source.poll(timeout_s, max_records)
         not_after_ms = now_ms() + int(self.settings.max_clock_skew_s * 1000)
         for r in records:
@@ -248,6 +255,45 @@ class Archiver:
         finally:
             self.source.close()
             self.dead_letters.close()
+
+
+class ArchiveCollector:
+    """The archiver's Prometheus series, read from its counters at each scrape (nothing on the poll path):
+    ``ktstream_archive_events_written_total``, ``ktstream_archive_dead_letters_total{reason}``,
+    ``ktstream_archive_records_buffered`` (polled, not yet durable)."""
+
+    def __init__(self, archiver: Archiver):
+        self.archiver = archiver
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        a = self.archiver
+        yield CounterMetricFamily("ktstream_archive_events_written", "Events written to durable archive files.",
+                                  value=a.writer.written)
+        dead = CounterMetricFamily("ktstream_archive_dead_letters", "Records not archived, sent to the archive's "
+                                   "dead-letter topic, by reason.", labels=["reason"])
+        for reason, n in sorted(dict(a.dead_lettered).items()):
+            dead.add_metric([reason], n)
+        yield dead
+        yield GaugeMetricFamily("ktstream_archive_records_buffered", "Records polled and not yet in a durable "
+                                "file (their offsets are committed after the next flush).", value=len(a.writer))
+
+
+def serve_metrics(archiver: Archiver, settings: ArchiveSettings):
+    """The archiver's ``/metrics`` (its series and the standard process series), ``/healthz`` (200 while the
+    loop has polled within a minute plus its poll timeout) and ``/readyz`` (200 once it was assigned
+    partitions), on the engine's bounded HTTP server; the caller closes it."""
+    from prometheus_client import CollectorRegistry
+
+    from ktstream.engine.metrics import with_process_series
+    from ktstream.engine.server import MetricsServer
+
+    registry = with_process_series(CollectorRegistry())
+    registry.register(ArchiveCollector(archiver))
+    window_s = 60.0 + settings.poll_timeout_s
+    return MetricsServer(registry, lambda: time.monotonic() - archiver.last_step < window_s,
+                         lambda: archiver.joined, settings.metrics_host, settings.metrics_port)
 
 
 def kafka_archiver(kafka_settings, settings: ArchiveSettings) -> Archiver:

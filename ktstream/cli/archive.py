@@ -26,13 +26,14 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from connectors.archive import ArchiveSettings, kafka_archiver  # Kafka client code stays in connectors/
+    from connectors.archive import ArchiveSettings, kafka_archiver, serve_metrics  # Kafka clients: connectors/
     from ktstream.config import KafkaSettings
     from ktstream.finetune.settings import section
 
     kafka = section(args.config, "kafka", KafkaSettings)
     settings = section(args.config, "archive", ArchiveSettings)
     archiver = kafka_archiver(kafka, settings)
+    server = None if settings.metrics_port is None else serve_metrics(archiver, settings)
     stopping = []
     previous = {s: signal.signal(s, lambda n, f: stopping.append(n)) for s in (signal.SIGTERM, signal.SIGINT)}
     deadline = None if args.max_seconds is None else time.monotonic() + args.max_seconds
@@ -42,6 +43,8 @@ def run(args) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        if server is not None:
+            server.close()
     log.info("archived %d events (%d records dead-lettered to %s: %s)", archiver.writer.written,
              archiver.writer.skipped, settings.dead_letter_topic, dict(archiver.dead_lettered))
     return 0

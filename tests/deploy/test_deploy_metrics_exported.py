@@ -8,6 +8,7 @@ matchers (``outcome="failed"``) must name labels and values the series carry.
 from __future__ import annotations
 
 import json
+import urllib.error
 
 import pytest
 from tests.deploy.deploy_support import DEPLOY, MATCHER, METRIC, SELECTOR, load_yaml_docs
@@ -134,3 +135,43 @@ def test_metrics_negotiate_openmetrics_and_fall_back_to_prometheus_text():
             ctype, text = get(accept)
             assert ctype.startswith("text/plain; version=0.0.4") and "# EOF" not in text
             assert "ktstream_events_consumed_total 3.0" in text and "process_resident_memory_bytes" in text
+
+
+def test_the_archiver_serves_metrics_and_probes(tmp_path):
+    """`ktstream archive` answers on the engine's HTTP server: its own series, the process series, probes."""
+    import json
+    import urllib.request
+
+    from connectors.archive import ArchiveSettings, ArchiveWriter, Archiver, serve_metrics
+    from ktstream.core import Record
+    from ktstream.data.simulate import simulate
+    from ktstream.engine.records import MemorySink, MemorySource
+    from tests.deploy.deploy_support import scrape
+
+    events = simulate(n_learners=3, mean_length=5, seed=2)
+    records = [Record("ev", 0, i, r["learner_id"].encode(), json.dumps(r).encode(), 0) for i, r in enumerate(events)]
+    records.append(Record("ev", 0, len(records), b"u0", b'{"broken', 0))
+    settings = ArchiveSettings(folder=str(tmp_path), metrics_port=0)
+    archiver = Archiver(MemorySource(records), ArchiveWriter(tmp_path, flush_records=10_000), MemorySink(), settings)
+    server = serve_metrics(archiver, settings)
+    try:
+        ready = lambda: urllib.request.urlopen(f"{server.url}/readyz", timeout=10).status  # noqa: E731
+        try:
+            ready()
+            raise AssertionError("ready before any assignment")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 503
+        archiver.step(0.0, 1000)
+        archiver.flush()
+        assert ready() == 200
+        assert urllib.request.urlopen(f"{server.url}/healthz", timeout=10).status == 200
+        samples = scrape(f"{server.url}/metrics")
+    finally:
+        server.close()
+    text = {name: labels for name, labels in samples.items()}
+    assert "ktstream_archive_events_written_total" in text and "process_resident_memory_bytes" in text
+    assert text["ktstream_archive_dead_letters_total"] == [{"reason": "invalid_json"}]
+    import re
+
+    prom = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
+    assert re.search(r"job_name: ktstream-archive\b", prom) and "archiver:9466" in prom

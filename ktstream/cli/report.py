@@ -57,6 +57,15 @@ def _test_events(args, subject: dict) -> list[dict] | None:
     return None
 
 
+def _concept_names(subject: dict) -> dict[str, str]:
+    """The subject data set's own concept names (its side files under the data root), {} if none."""
+    from connectors.datasets import data_root
+    from connectors.datasets.concept_maps import load_concept_names
+
+    folder = data_root() / str(subject.get("dataset") or "")
+    return load_concept_names(folder) if subject.get("dataset") and folder.is_dir() else {}
+
+
 def run(args: argparse.Namespace) -> int:
     from ktstream.cli.main import UsageError
     from ktstream.cli.options import existing
@@ -92,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
         if args.save_predictions:
             predictions.save(args.save_predictions)
     gates = [json.loads(g.read_text(encoding="utf-8")) for g in args.gate]
-    html = build_report(ReportInputs(results, args.label, predictions, model, records, gates, args.title))
+    html = build_report(ReportInputs(results, args.label, predictions, model, records, gates, args.title,
+                                     concept_names=_concept_names(subject)))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(html, encoding="utf-8")
     print(f"wrote {args.out} ({len(html) / 1e6:.1f} MB; {len(predictions) if predictions else 0} predictions)")

@@ -134,3 +134,13 @@ def test_reliability_bins_use_wilson_intervals_and_hide_sparse_bins():
     assert low[0] == 0 and 0.4 < high[0] < 0.6, "0 of 3 is not certainly 0"
     assert 0.4 < low[1] < 0.5 and high[1] == 1, "3 of 3 is not certainly 1 (the normal approximation says 1 +/- 0)"
     assert abs(low[2] - 0.469) < 0.001 and abs(high[2] - 0.531) < 0.001
+
+
+def test_ktstream_report_reads_the_concept_names_beside_the_data_set(tmp_path, monkeypatch):
+    from ktstream.cli.report import _concept_names
+
+    (tmp_path / "toyset").mkdir()
+    (tmp_path / "toyset" / "toy_sname_sid").write_text("Circumference\t31\nRounding\t38\n", encoding="utf-8")
+    monkeypatch.setenv("KTSTREAM_DATA", str(tmp_path))
+    assert _concept_names({"dataset": "toyset"}) == {"31": "Circumference", "38": "Rounding"}
+    assert _concept_names({"dataset": "elsewhere"}) == {} and _concept_names({}) == {}

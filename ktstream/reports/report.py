@@ -88,7 +88,7 @@ def _calibration(inp: ReportInputs, label: str) -> str:
     p = inp.predictions
     if p is None or len(p) == 0:
         return section("Calibration and AUC over time", paragraph(
-            "No per-prediction data: pass --checkpoint (ktstream evaluate --checkpoint DIR) and --events (the test "
+            "No per-prediction data: pass --checkpoint (DIR/ckpt of ktstream evaluate -o DIR) and --events (the test "
             "events), or --predictions predictions.parquet, to get the reliability diagram and AUC over time.", "note"))
     parts = [figure(figures.reliability(p.p_correct, p.correct, title=f"{label}: reliability"),
                     "reliability diagram", "Each point: predictions in one P(correct) bin; its height is the share "
@@ -133,7 +133,7 @@ def _model_figures(inp: ReportInputs) -> str:
 
 def _gates(inp: ReportInputs) -> str:
     if not inp.gates:
-        return section("Leakage gate", paragraph("No gate report given (ktstream check-leakage ... --json FILE, "
+        return section("Leakage gate", paragraph("No gate report given (ktstream check-leakage ... -o FILE, "
                                                  "then --gate FILE).", "note"))
     parts = []
     for g in inp.gates:

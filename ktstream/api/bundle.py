@@ -102,9 +102,21 @@ class Trained:
         return f"Trained({self.model.name!r}, version {self.version!r}, {self.vocab!r}{fitted})"
 
 
+def check_pair(model: Any, vocab: Any) -> None:
+    """A TypeError unless ``model`` is a model and ``vocab`` its ``Vocab`` (the message says how to pass a
+    ``Trained``)."""
+    if isinstance(model, Trained):
+        raise TypeError("pass trained.model, trained.vocab (or call the Trained's own method, e.g. "
+                        "trained.evaluate(events), trained.tracer(), trained.save(path))")
+    if not isinstance(model, KTModel) or not isinstance(vocab, Vocab):
+        raise TypeError(f"expected a model (ktstream.models.KTModel) and its Vocab, got {type(model).__name__} and "
+                        f"{type(vocab).__name__}")
+
+
 def save(model: KTModel, vocab: Vocab, path: str | Path, version: str | None = None) -> Path:
     """Write ``model`` and ``vocab`` to the checkpoint folder ``path`` (made if need be); returns it.
     ``version`` labels it (default: the family's name)."""
+    check_pair(model, vocab)
     folder = save_checkpoint(path, model, vocab.items, vocab.concepts, version or model.name)
     (folder / PROBES).write_text(json.dumps(vocab.probes, indent=1), encoding="utf-8")
     return folder

@@ -23,7 +23,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ktstream.api.bundle import Vocab
+from ktstream.api.bundle import Vocab, check_pair
 from ktstream.api.events import frame, is_table, table_rows, to_records
 from ktstream.data.histories import group_by_learner
 from ktstream.models.base import KTModel
@@ -60,6 +60,7 @@ def mastery_trajectory(model: KTModel, vocab: Vocab, events: Any, learner_id: st
     ``concepts``: those (default: the concepts of the learner's events that have probe items, most practised
     first); ``probes``: probe items per concept (default: ``vocab.probes``).
     """
+    check_pair(model, vocab)
     rows = table_rows(events) if is_table(events) else events
     mine = to_records(r for r in rows if str(r["learner_id"]) == learner_id)
     history = group_by_learner(mine).get(learner_id)

@@ -39,7 +39,7 @@ from typing import Any, Iterable, Literal, Mapping, Sequence
 import numpy as np
 import torch
 
-from ktstream.api.bundle import Vocab
+from ktstream.api.bundle import Vocab, check_pair
 from ktstream.api.events import is_table, table_rows, to_event
 from ktstream.core import LearnerState, Record
 from ktstream.engine.batcher import plan
@@ -75,6 +75,7 @@ class Tracer:
 
     def __init__(self, model: KTModel, vocab: Vocab, *, version: str | None = None,
                  late: Literal["raise", "apply"] = "raise"):
+        check_pair(model, vocab)
         if late not in LATE_POLICIES:
             raise ValueError(f"late must be one of {LATE_POLICIES}, got {late!r}")
         self.model, self.vocab, self.late = model.eval(), vocab, late

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ktstream.api.bundle import Trained, Vocab
+from ktstream.api.bundle import Trained, Vocab, check_pair
 from ktstream.api.events import frame, to_records
 from ktstream.data.histories import LearnerHistory, encode, encode_learner, group_by_learner
 from ktstream.evaluation.protocols import n_categories_of
@@ -185,6 +185,7 @@ class Evaluation:
 
 def predict(model: KTModel, vocab: Vocab, events: Any) -> Predictions:
     """Every event's prequential prediction (see ``Predictions``)."""
+    check_pair(model, vocab)
     histories, item_ids = _encode(_test_events(events), vocab)
     return _predictions(histories, item_ids, _probs(model, histories))
 
@@ -192,6 +193,7 @@ def predict(model: KTModel, vocab: Vocab, events: Any) -> Predictions:
 def evaluate(model: KTModel, vocab: Vocab, events: Any, since: int | None = None) -> Evaluation:
     """Score the prequential predictions of ``events``. With ``since`` (epoch milliseconds) only events at or
     after it are scored; every earlier event is still read as the learner's history (a time-ordered test)."""
+    check_pair(model, vocab)
     histories, item_ids = _encode(_test_events(events), vocab)
     probs = _probs(model, histories)
     scored = None if since is None else [h.times * 1000.0 >= since for h in histories]

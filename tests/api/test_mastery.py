@@ -51,7 +51,8 @@ def test_trajectory_defaults_and_frame(events, vocab):
     assert set(traj.concepts) == practised and traj.theta is None
     pytest.importorskip("pandas")
     table = traj.to_frame()
-    assert table.index.name == "position" and list(table.columns) == traj.concepts and len(table) == len(traj.events) + 1
+    assert table.index.name == "position" and list(table.columns) == traj.concepts
+    assert len(table) == len(traj.events) + 1
 
 
 def test_a_learner_with_no_history_has_the_models_prior(events, vocab):

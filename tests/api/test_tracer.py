@@ -94,6 +94,16 @@ def test_a_prediction_changes_no_state(events, vocab):
     assert tracer.learners == ["u0"]  # predictions for new learners keep no state
 
 
+def test_forget_starts_a_learner_afresh(events, vocab):
+    tracer = ktstream.Tracer(tiny("dkt", vocab), vocab)
+    learner = [r for r in in_time_order(events) if r["learner_id"] == "u1"]
+    fresh = tracer.predict_one(learner[5])
+    tracer.learn_many(learner[:5])
+    assert tracer.predict_one(learner[5]) != pytest.approx(fresh)
+    tracer.forget("u1")
+    assert tracer.predict_one(learner[5]) == pytest.approx(fresh) and tracer.learners == []
+
+
 def test_predict_many_is_predict_one_of_each(events, vocab):
     tracer = ktstream.Tracer(tiny("dkvmn", vocab), vocab)
     ordered = in_time_order(events)

@@ -104,3 +104,12 @@ def test_arguments_are_checked(data):
         ktstream.train("dkt", ktstream.Dataset.of(data.events), epochs=1)
     with pytest.raises(ValueError, match="unknown model 'dtk'"):
         ktstream.train("dtk", data, epochs=1)
+
+
+def test_a_trained_bundle_passed_as_the_model_says_what_to_do(data, trained):
+    for call in (lambda: ktstream.evaluate(trained, trained.vocab, data.test),
+                 lambda: ktstream.Tracer(trained, trained.vocab), lambda: ktstream.save(trained, trained.vocab, "x")):
+        with pytest.raises(TypeError, match="pass trained.model, trained.vocab"):
+            call()
+    with pytest.raises(TypeError, match="and its Vocab, got DKT and list"):
+        ktstream.predict(trained.model, data.test, data.test)

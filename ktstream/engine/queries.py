@@ -10,9 +10,11 @@ the owner. Kafka Streams' interactive queries work the same way.
 Thread discipline. Learner state belongs to the engine loop's thread: the cache, the stores, the
 consumer and the model runner are used by it alone. An HTTP worker therefore never reads them: it
 puts the question on a bounded queue (``max_pending``; full: 503) and waits at most ``timeout_s``
-(then 503). The loop answers up to ``per_loop`` questions at the top of each micro-batch (``answer``),
-between two batches, so an answer shows the state as of the last committed micro-batch and costs
-the loop one model call over at most ``max_concepts`` queries for one learner. Nothing is written:
+(then 503). The loop answers at the top of each micro-batch (``answer``), between two batches, one
+question and then more while ``loop_budget_s`` (20 ms) lasts, at most ``per_loop``; so an answer
+shows the state as of the last committed micro-batch, each costs one learner's state stacked once
+and model calls over at most ``max_concepts`` one-concept questions, and a flood of queries delays a
+micro-batch by about one query plus the budget. Nothing is written:
 the cached state is only peeked (its LRU place kept), a learner read from the durable store is not
 put into the cache, and ``predict`` never mutates a state.
 
@@ -75,10 +77,11 @@ class LearnerQueries:
     """The query routes of one engine instance; ``answer`` is the engine loop's side."""
 
     def __init__(self, url: str | None = None, peers: Sequence[str] = (), max_concepts: int = 256,
-                 timeout_s: float = 2.0, max_pending: int = 64, per_loop: int = 8):
+                 timeout_s: float = 2.0, max_pending: int = 64, per_loop: int = 8, loop_budget_s: float = 0.02):
         self.url = url  # set by the service once the server has its port
         self.peers = [p.rstrip("/") for p in peers]
         self.max_concepts, self.timeout_s, self.per_loop = max_concepts, timeout_s, per_loop
+        self.loop_budget_s = loop_budget_s
         self._asks: queue.Queue[_Ask] = queue.Queue(max_pending)
         self._owners: tuple[float, dict[str, Any]] | None = None
         self._owners_lock = threading.Lock()
@@ -88,9 +91,10 @@ class LearnerQueries:
 
     # -- the engine loop's side ---------------------------------------------
     def answer(self, engine: "Engine") -> int:
-        """Answer up to ``per_loop`` waiting questions on the engine's thread; returns how many."""
-        n = 0
-        while n < self.per_loop:
+        """Answer waiting questions on the engine's thread: at least one, then more while fewer than
+        ``per_loop`` were answered and ``loop_budget_s`` is not spent; returns how many."""
+        n, start = 0, time.perf_counter()
+        while n < self.per_loop and (n == 0 or time.perf_counter() - start < self.loop_budget_s):
             try:
                 ask = self._asks.get_nowait()
             except queue.Empty:

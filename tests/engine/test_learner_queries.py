@@ -18,7 +18,7 @@ import uuid
 import pytest
 import torch
 
-from ktstream.engine.queries import LearnerQueries
+from ktstream.engine.queries import LearnerQueries, _Ask
 
 FAMILIES = ["dkt", "dkvmn", "sakt", "akt", "simplekt", "deep-gpcm"]
 
@@ -265,3 +265,18 @@ def test_two_instances_answer_for_their_own_learners_and_redirect_to_the_owner(b
         for sv in services:
             sv.close()
     assert all(sv.error is None for sv in services)
+
+
+def test_the_loop_answers_at_least_one_and_stops_at_its_budget(kit):
+    """However many questions wait, one micro-batch answers one, then more only within loop_budget_s."""
+    recs = kit.stream(n_learners=3, mean_length=6, seed=8)
+    items, concepts = kit.build_vocabularies(recs)
+    engine, source, _ = kit.memory_engine(kit.tiny_model("dkt", items, concepts), items, concepts,
+                                          kit.as_records(recs))
+    kit.drain(engine, source)
+    slow = LearnerQueries("http://me:1", per_loop=8, loop_budget_s=0.0)
+    fast = LearnerQueries("http://me:1", per_loop=8, loop_budget_s=10.0)
+    for q in (slow, fast):
+        for lid in [recs[0]["learner_id"]] * 5:
+            q._asks.put_nowait(_Ask(lid, None))
+    assert slow.answer(engine) == 1 and fast.answer(engine) == 5

@@ -18,6 +18,7 @@ OUT = Path(__file__).resolve().parent / "dashboards" / "ktstream.json"
 DS = {"type": "prometheus", "uid": "${datasource}"}
 ENGINE = 'job="$job", instance=~"$instance"'
 TRAINER = 'job="$trainer_job"'
+ARCHIVE = 'job="$archive_job"'
 
 # (row title, [(panel title, kind, unit, [(legend, expr)], description)])
 ROWS = [
@@ -129,6 +130,15 @@ ROWS = [
         ("Cycle duration p50", "timeseries", "s", [
             ("p50", f"histogram_quantile(0.5, sum by (le) (rate(ktstream_finetune_duration_seconds_bucket{{{TRAINER}}}[1d])))")],
          "Wall time from replay to decision."),
+        ("Event archive (what fine-tuning reads)", "timeseries", "ops", [
+            ("events archived", f"sum(rate(ktstream_archive_events_written_total{{{ARCHIVE}}}[$__rate_interval]))"),
+            ("dead-lettered ({{reason}})",
+             f"sum by (reason) (rate(ktstream_archive_dead_letters_total{{{ARCHIVE}}}[$__rate_interval]))"),
+            ("buffered (records)", f"sum(ktstream_archive_records_buffered{{{ARCHIVE}}})")],
+         "Events written to durable archive files per second (flushed every archive.flush_records or "
+         "flush_seconds, so it comes in steps), records the archiver dead-lettered, and records polled but "
+         "not yet durable. Archived events below the engine's intake for long means the archiver lags, and "
+         "fine-tuning cycles (cut by event time) wait for it."),
         ("Latest promoted version", "table", "none", [
             ("", f"max by (version) (ktstream_registry_model_info{{{TRAINER}}})")],
          "The registry's newest version; engines swap to it between micro-batches."),
@@ -186,6 +196,7 @@ def build() -> dict:
             variable("job", "Engine job", "label_values(ktstream_events_consumed_total, job)"),
             variable("instance", "Instance", 'label_values(ktstream_events_consumed_total{job="$job"}, instance)', True),
             variable("trainer_job", "Trainer job", "label_values(ktstream_finetune_runs_total, job)"),
+            variable("archive_job", "Archiver job", "label_values(ktstream_archive_events_written_total, job)"),
         ]},
         "annotations": {"list": []},
         "panels": panels,

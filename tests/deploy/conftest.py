@@ -75,4 +75,26 @@ def live_series():
         trainer_health = {p: urllib.request.urlopen(server.url + p, timeout=10).status for p in ("/healthz", "/readyz")}
     finally:
         server.close()
-    return {"engine": engine, "trainer": trainer, "health": health, "trainer_health": trainer_health}
+    return {"engine": engine, "trainer": trainer, "archive": _archive_scrape(records), "health": health,
+            "trainer_health": trainer_health}
+
+
+def _archive_scrape(records) -> dict:
+    """The archiver's /metrics after it archived ``records`` (one malformed: a dead letter)."""
+    import tempfile
+
+    from connectors.archive import ArchiveSettings, ArchiveWriter, Archiver, serve_metrics
+    from ktstream.engine.records import MemorySink, MemorySource
+
+    with tempfile.TemporaryDirectory() as folder:
+        settings = ArchiveSettings(folder=folder, metrics_port=0)
+        archiver = Archiver(MemorySource(records), ArchiveWriter(folder, flush_records=10_000), MemorySink(),
+                            settings)
+        server = serve_metrics(archiver, settings)
+        try:
+            while archiver.step(0.0, 1000):
+                pass
+            archiver.flush()
+            return scrape(f"{server.url}/metrics")
+        finally:
+            server.close()

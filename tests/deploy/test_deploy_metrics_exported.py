@@ -29,7 +29,11 @@ def rule_exprs() -> list[str]:
 
 
 def exported(live_series) -> dict[str, list[dict[str, str]]]:
-    return {**live_series["engine"], **live_series["trainer"]}
+    merged: dict[str, list[dict[str, str]]] = {}
+    for service in ("engine", "trainer", "archive"):  # process_* appear in all three: keep every label set
+        for name, labels in live_series[service].items():
+            merged.setdefault(name, []).extend(labels)
+    return merged
 
 
 @pytest.mark.parametrize("source", ["dashboard", "rules"])
@@ -96,7 +100,7 @@ def test_engine_series_list_is_exported(live_series):
     assert all(present(n, live_series["trainer"]) for n in TRAINER_SERIES), sorted(live_series["trainer"])
 
 
-@pytest.mark.parametrize("service", ["engine", "trainer"])
+@pytest.mark.parametrize("service", ["engine", "trainer", "archive"])
 def test_standard_process_series_are_exported_and_no_created_series(live_series, service):
     from ktstream.engine.metrics import PROCESS_SERIES
 

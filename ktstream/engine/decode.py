@@ -1,10 +1,14 @@
 """Record bytes -> validated event, or the reason it must be dead-lettered (invariant 6).
 
-Checks run cheapest first: size, UTF-8 + JSON, a JSON object, the pydantic
-schema (`ktstream.schema.Event`: unknown fields, wrong types, out-of-range
-values, ids over their byte limits, attributes nested too deep), then the
-record key, then the event time against the clock. Every failure keeps the
-original bytes and names its category in ``reason``:
+Checks run cheapest first: size, then the pydantic schema straight from the
+bytes (`Event.model_validate_json`: parsed and validated in pydantic's Rust core,
+no intermediate dict; `ktstream.schema.Event`: unknown fields, wrong types,
+out-of-range values, ids over their byte limits, attributes nested too deep),
+then the record key, then the event time against the clock. A record pydantic
+refuses is parsed again by orjson, so that invalid JSON and a schema error keep
+their own categories; an event with ``attributes`` is also parsed by orjson,
+which refuses the NaN and Infinity that pydantic's parser lets into them. Every
+failure keeps the original bytes and names its category in ``reason``:
 
 - ``oversized``: more bytes than the limit; ``invalid_json``: not UTF-8 JSON
   (orjson: strict RFC 8259, nesting at most 1024 deep, never a RecursionError),
@@ -72,15 +76,13 @@ def decode(record: Record, max_bytes: int, not_after_ms: int | None = None) -> D
     if len(value) > max_bytes:
         return Rejected(record, "oversized", f"record is {len(value)} bytes; the limit is {max_bytes}")
     try:
-        data = orjson.loads(value)  # strict RFC 8259 (no NaN, no lone surrogates), twice json's speed
-    except orjson.JSONDecodeError as exc:
-        return Rejected(record, "invalid_json", f"not UTF-8 JSON: {exc}")
-    if not isinstance(data, dict):
-        return Rejected(record, "invalid_json", f"expected a JSON object, got {type(data).__name__}")
-    try:
-        event = Event.model_validate(data)
-    except pydantic.ValidationError as exc:
-        return Rejected(record, "schema", _summarise(exc))
+        event = Event.model_validate_json(value)  # parsed and validated from the bytes in pydantic's core
+    except pydantic.ValidationError:
+        event = _strict(record, value)  # the reason, as the strict parser and the schema name it
+        if isinstance(event, Rejected):
+            return event
+    if event.attributes and (objection := _not_strict_json(value)) is not None:
+        return Rejected(record, "invalid_json", f"not UTF-8 JSON: {objection}")
     if record.key is None:
         return Rejected(record, "missing_key", f"record has no key; key it by its learner id "
                         f"{event.learner_id!r} so the learner's events stay on one partition")
@@ -92,6 +94,33 @@ def decode(record: Record, max_bytes: int, not_after_ms: int | None = None) -> D
         return Rejected(record, "future", f"event time {time_ms} is {time_ms - not_after_ms} ms past the clock "
                         f"plus the allowed skew ({not_after_ms})")
     return Decoded(record, event, time_ms)
+
+
+def _strict(record: Record, value: bytes) -> Event | Rejected:
+    """After ``Event.model_validate_json`` refused ``value``: orjson first (invalid_json: strict RFC 8259,
+    nesting up to 1024 deep), then the schema on the parsed object, whose errors name the reason. An event
+    both accept (a JSON text pydantic's parser alone refuses) is valid."""
+    try:
+        data = orjson.loads(value)  # strict RFC 8259 (no NaN, no lone surrogates)
+    except orjson.JSONDecodeError as exc:
+        return Rejected(record, "invalid_json", f"not UTF-8 JSON: {exc}")
+    if not isinstance(data, dict):
+        return Rejected(record, "invalid_json", f"expected a JSON object, got {type(data).__name__}")
+    try:
+        return Event.model_validate(data)
+    except pydantic.ValidationError as exc:
+        return Rejected(record, "schema", _summarise(exc))
+
+
+def _not_strict_json(value: bytes) -> str | None:
+    """orjson's objection to ``value``, if any. pydantic's parser accepts NaN, Infinity and numbers beyond a
+    double; the validators refuse them everywhere but in the free-form ``attributes``, so an event that has
+    attributes is also parsed strictly (events without them pay nothing)."""
+    try:
+        orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        return str(exc)
+    return None
 
 
 def _summarise(exc: pydantic.ValidationError) -> str:

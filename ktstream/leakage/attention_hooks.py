@@ -27,14 +27,16 @@ from ktstream.models.base import KTModel
 
 
 def windowed_attention_maps(model: KTModel, hist: Histories) -> list[dict] | None:
-    """Maps for a `WindowedKT` (see module docstring); None for any other model."""
+    """Maps for a `WindowedKT`, or a model that runs one inside (a wrapper such as CORE: its forward runs
+    the inner one's, whose attention is recorded); None for any other model. See module docstring."""
     from ktstream.models.attention import WindowAttention
     from ktstream.models.windowed import WindowedKT
 
-    if not isinstance(model, WindowedKT):
+    inner = next((m for m in model.modules() if isinstance(m, WindowedKT)), None)
+    if inner is None:
         return None
     names = {id(m): n for n, m in model.named_modules()}
-    retrieval = {id(b.attn) for b in model.retriever}
+    retrieval = {id(b.attn) for b in inner.retriever}
     calls: list[tuple[torch.nn.Module, bool, torch.Tensor]] = []
 
     def record(module, args, kwargs, output):
@@ -43,9 +45,9 @@ def windowed_attention_maps(model: KTModel, hist: Histories) -> list[dict] | Non
     handles = [m.register_forward_hook(record, with_kwargs=True) for m in model.modules()
                if isinstance(m, WindowAttention)]
     B, T = hist.shape
-    had_block = "query_block" in vars(model)
-    saved = model.query_block
-    model.query_block = max(T, 1)  # one block: every query sees the whole key range
+    had_block = "query_block" in vars(inner)
+    saved = inner.query_block
+    inner.query_block = max(T, 1)  # one block: every query sees the whole key range
     try:
         with torch.no_grad():
             model.eval()
@@ -54,9 +56,9 @@ def windowed_attention_maps(model: KTModel, hist: Histories) -> list[dict] | Non
         for h in handles:
             h.remove()
         if had_block:
-            model.query_block = saved
+            inner.query_block = saved
         else:
-            del model.query_block
+            del inner.query_block
     maps = []
     for module, with_self, w in calls:
         keys = "past" if id(module) in retrieval or with_self else "through_self"

@@ -1,5 +1,6 @@
 """The leakage gate fails the leaky variants of CL4KT and CORE (tests/leakage/leaky_cl4kt_core.py), each by
-the named checks, and passes the honest families on the same learners."""
+the named checks, and passes the honest families on the same learners; CORE around windowed bases (the
+registered tiny config wraps DKT, which test_gate.py runs) passes every check on real data."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from ktstream.leakage import GateConfig, run_gate
+from ktstream.leakage import GateConfig, GateData, run_gate
 from ktstream.models import create, family
-from tests.conftest import random_learner
+from ktstream.training.trainer import TrainConfig, fit
+from tests.conftest import random_learner, require_dataset
 from tests.leakage.leaky_cl4kt_core import LEAKY_VARIANTS
+from tests.leakage.realdata import akt_slice
+from tests.leakage.test_gate import CI_CONFIG
 
 MODEL_CHECKS = ("future_perturbation", "current_label_flip", "batch_independence", "serving_equivalence",
                 "attention_masking")
@@ -43,3 +47,20 @@ def test_leaky_variant_fails_the_gate_and_its_honest_family_passes(fixture, lear
     honest = create(name, n_items=N_ITEMS, n_concepts=N_CONCEPTS, **family(name).tiny_config)
     report = run_gate(honest, learners, GateConfig(checks=MODEL_CHECKS, max_length=40))
     assert report.passed, report.table()
+
+
+@pytest.mark.parametrize("base", ["sakt", "simplekt"])
+def test_core_around_a_windowed_base_passes_every_check_on_real_data(base):
+    pytest.importorskip("connectors.datasets.akt")
+    data = akt_slice(require_dataset("assist2009_akt_pid"))
+    torch.manual_seed(0)
+    model = create("core", n_items=data.n_items, n_concepts=data.n_concepts, base=base,
+                   base_config=family(base).tiny_config, bias_dim=8, bias_hidden=8)
+    fitted = fit(model, data.train, data.valid, TrainConfig(epochs=1, lr=3e-3, device="cpu", progress=False))
+    gated = GateData(data.train, data.valid, data.test, fit_result=fitted, n_items=data.n_items,
+                     n_concepts=data.n_concepts)
+    report = run_gate(model, gated, GateConfig(**CI_CONFIG))
+    assert report.passed, report.table()
+    applicable = {c.name for c in report.checks if c.status != "n/a"}
+    assert {"future_perturbation", "random_labels", "short_history", "selection_on_valid"} <= applicable, \
+        report.table()

@@ -5,9 +5,11 @@ The archive is a folder of Parquet files partitioned by event date::
     FOLDER/event_date=YYYY-MM-DD/part-*.parquet     (event_date=none: events without a clock)
 
 Records come back in event-time order (ties: learner id, then the source's
-``seq``), with repeats dropped by (learner id, event id): the archiver is
-at-least-once (a crash between a file's rename and the offset commit writes
-those records again), the reader makes it exactly-once. ``start_ms`` /
+``seq``, then the archive's file order), with repeats dropped by (learner id,
+event id), the first copy in file order kept: the archiver is at-least-once (a
+crash between a file's rename and the offset commit writes those records
+again), the reader makes it exactly-once. The work is DuckDB's, in columns
+(``ktstream.data.columnar``), within a configured memory limit. ``start_ms`` /
 ``end_ms`` keep only events with ``start_ms <= event_time < end_ms``, reading
 only the date folders that overlap the range. No Kafka client here.
 
@@ -22,57 +24,33 @@ only the date folders that overlap the range. No Kafka client here.
 
 from __future__ import annotations
 
+import json
 from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 
-from ktstream.data.eventlog import iter_parquet
-
-PREFIX, UNDATED = "event_date=", "none"
-DAY_MS = 86_400_000
-
-
-def _day_start_ms(d: date) -> int:
-    return int(datetime(d.year, d.month, d.day, tzinfo=timezone.utc).timestamp() * 1000)
-
-
-def archive_files(folder: str | Path, start_ms: int | None = None, end_ms: int | None = None,
-                  include_undated: bool = False) -> list[Path]:
-    """Parquet files of the date folders overlapping [start_ms, end_ms), in date and name order."""
-    out = []
-    for sub in sorted(Path(folder).glob(f"{PREFIX}*")):
-        value = sub.name[len(PREFIX):]
-        if value == UNDATED:
-            if include_undated:
-                out += sorted(sub.glob("part-*.parquet"))
-            continue
-        lo = _day_start_ms(date.fromisoformat(value))
-        if (start_ms is not None and lo + DAY_MS <= start_ms) or (end_ms is not None and lo >= end_ms):
-            continue
-        out += sorted(sub.glob("part-*.parquet"))  # hidden .part-*.tmp files are never matched
-    return out
+from ktstream.data.columnar import DAY_MS, PREFIX, UNDATED, ScanConfig, _day_start_ms, archive_files, scan  # noqa: F401
+from ktstream.data.eventlog import PARQUET_SCHEMA
 
 
 def read_archive(folder: str | Path, start_ms: int | None = None, end_ms: int | None = None,
-                 include_undated: bool = False) -> list[dict[str, Any]]:
-    """Canonical records in event-time order, deduplicated; undated ones (if asked for) last, in file order."""
-    seen: set[tuple[str, str]] = set()
-    dated, undated = [], []
-    for path in archive_files(folder, start_ms, end_ms, include_undated):
-        for rec in iter_parquet(path):
-            key = (rec["learner_id"], rec["event_id"])
-            if key in seen:
-                continue
-            seen.add(key)
-            t = rec.get("event_time")
-            if t is None:
-                undated.append(rec)
-            elif (start_ms is None or t >= start_ms) and (end_ms is None or t < end_ms):
-                dated.append(rec)
-    dated.sort(key=lambda r: (r["event_time"], r["learner_id"], r.get("seq", 0)))
-    return dated + undated
+                 include_undated: bool = False, cfg: ScanConfig | None = None) -> list[dict[str, Any]]:
+    """Canonical records in event-time order, deduplicated; undated ones (if asked for) last, in file order.
+
+    The records of an archive that fits in memory; the archive in columns, streamed with bounded memory,
+    is ``ktstream.data.columnar.scan`` (which this reads through).
+    """
+    reader = scan(folder, start_ms, end_ms, include_undated, "time", cfg, columns=PARQUET_SCHEMA.names)
+    out = []
+    for batch in reader:
+        for row in batch.to_pylist():
+            rec = {k: v for k, v in row.items() if v is not None}
+            if "attributes" in rec:
+                rec["attributes"] = json.loads(rec["attributes"])
+            out.append(rec)
+    return out
 
 
 def archive_summary(folder: str | Path) -> dict[str, Any]:

@@ -1,0 +1,273 @@
+"""The event archive in columns: read, deduplicate, time-filter and order with DuckDB; histories as arrays.
+
+No Python object per event: DuckDB reads the archive's Parquet files, drops repeats by (learner id,
+event id) keeping the first in the archive's file order (date folder, then file name, then row), and
+streams the rows back as Arrow record batches, in one of two orders:
+
+- ``"time"``: event time, learner id, ``seq`` (absent: 0), file order; undated events last, in file order
+  (``read_archive``'s order);
+- ``"learner"``: learner id, event time, ``seq``, file order (each learner's rows together, in the
+  per-learner order that ``ktstream.data.histories.group_by_learner`` gives the same records).
+
+The time filter ``start_ms <= event_time < end_ms`` applies after the deduplication, as the record reader
+does. DuckDB keeps within ``memory_limit`` by spilling sorts and hash tables to ``temp_directory``, so
+the memory a scan needs is set by the configuration, not by the archive's size. `learner_tables` cuts a
+learner-ordered stream into tables of whole learners of about ``max_events`` rows, and `encode_table`
+turns one such table into `LearnerHistory` arrays with vectorised Arrow and numpy operations.
+
+>>> import tempfile, pathlib
+>>> from ktstream.data.eventlog import write_parquet
+>>> root = pathlib.Path(tempfile.mkdtemp()); (root / "event_date=1970-01-01").mkdir()
+>>> recs = [{"event_id": e, "learner_id": "u", "item_id": "q", "event_time": t} for e, t in [("b", 5), ("a", 2)]]
+>>> _ = write_parquet(recs + recs[:1], root / "event_date=1970-01-01" / "part-0.parquet")
+>>> scan_table(root).column("event_id").to_pylist()
+['a', 'b']
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime, timezone
+from pathlib import Path
+from typing import Iterator
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ktstream.data.eventlog import PARQUET_SCHEMA
+from ktstream.data.histories import NO_RESPONSE, LearnerHistory
+from ktstream.data.vocab import UNKNOWN, Vocabulary
+
+PREFIX, UNDATED = "event_date=", "none"
+DAY_MS = 86_400_000
+
+
+def _day_start_ms(d: date) -> int:
+    return int(datetime(d.year, d.month, d.day, tzinfo=timezone.utc).timestamp() * 1000)
+
+
+def archive_files(folder: str | Path, start_ms: int | None = None, end_ms: int | None = None,
+                  include_undated: bool = False) -> list[Path]:
+    """Parquet files of the date folders overlapping [start_ms, end_ms), in date and name order."""
+    out = []
+    for sub in sorted(Path(folder).glob(f"{PREFIX}*")):
+        value = sub.name[len(PREFIX):]
+        if value == UNDATED:
+            if include_undated:
+                out += sorted(sub.glob("part-*.parquet"))
+            continue
+        lo = _day_start_ms(date.fromisoformat(value))
+        if (start_ms is not None and lo + DAY_MS <= start_ms) or (end_ms is not None and lo >= end_ms):
+            continue
+        out += sorted(sub.glob("part-*.parquet"))  # hidden .part-*.tmp files are never matched
+    return out
+
+
+COLUMNS = ["learner_id", "event_id", "item_id", "concept_ids", "response", "event_time", "seq", "step_id"]
+ORDERS = {
+    "time": "event_time IS NULL, event_time, learner_id, coalesce(seq, 0), fidx, frow",
+    "learner": "learner_id, event_time IS NULL, event_time, coalesce(seq, 0), fidx, frow",
+}
+
+
+@dataclass(frozen=True)
+class ScanConfig:
+    """How much a scan may use: DuckDB's memory limit (it spills past it), threads, rows per Arrow batch."""
+
+    memory_limit: str = "2GB"
+    threads: int | None = None  # None: one per core
+    temp_directory: str | None = None  # None: a folder under the system's temporary directory
+    batch_rows: int = 262_144
+
+
+def connect(cfg: ScanConfig | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection bounded by ``cfg`` (spilling to its temporary directory)."""
+    cfg = cfg or ScanConfig()
+    con = duckdb.connect(config={"memory_limit": cfg.memory_limit,
+                                 "temp_directory": cfg.temp_directory or os.path.join(tempfile.gettempdir(),
+                                                                                      "ktstream-duckdb"),
+                                 "preserve_insertion_order": False})
+    if cfg.threads:
+        con.execute(f"SET threads = {int(cfg.threads)}")
+    return con
+
+
+def _files_sql(files: Sequence[Path]) -> str:
+    quoted = ", ".join("'" + str(p).replace("'", "''") + "'" for p in files)
+    return f"read_parquet([{quoted}], file_row_number = true)"
+
+
+def deduplicated_sql(files: Sequence[Path], start_ms: int | None = None, end_ms: int | None = None,
+                     columns: Sequence[str] = COLUMNS) -> str:
+    """SQL of the archive's distinct events (first copy in file order), then the time filter; with
+    the file-order columns ``fidx`` and ``frow``."""
+    cols = ", ".join(columns)
+    keep = []
+    if start_ms is not None:
+        keep.append(f"event_time >= {int(start_ms)}")
+    if end_ms is not None:
+        keep.append(f"event_time < {int(end_ms)}")
+    where = f"WHERE event_time IS NULL OR ({' AND '.join(keep)})" if keep else ""
+    return (f"SELECT * FROM (SELECT {cols}, file_index AS fidx, file_row_number AS frow FROM {_files_sql(files)} "
+            f"QUALIFY row_number() OVER (PARTITION BY learner_id, event_id ORDER BY file_index, file_row_number) = 1"
+            f") {where}")
+
+
+def scan(folder: str | Path, start_ms: int | None = None, end_ms: int | None = None,
+         include_undated: bool = False, order: str = "time", cfg: ScanConfig | None = None,
+         con: duckdb.DuckDBPyConnection | None = None, columns: Sequence[str] = COLUMNS) -> pa.RecordBatchReader:
+    """The archive's distinct events in ``order`` ("time" or "learner") as a stream of Arrow batches of
+    ``columns``."""
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {sorted(ORDERS)}, got {order!r}")
+    cfg = cfg or ScanConfig()
+    files = archive_files(folder, start_ms, end_ms, include_undated)
+    if not files:
+        return pa.RecordBatchReader.from_batches(pa.schema([PARQUET_SCHEMA.field(c) for c in columns]), [])
+    con = con or connect(cfg)
+    needed = list(dict.fromkeys([*columns, "learner_id", "event_id", "event_time", "seq"]))
+    sql = (f"SELECT {', '.join(columns)} FROM ({deduplicated_sql(files, start_ms, end_ms, needed)}) "
+           f"ORDER BY {ORDERS[order]}")
+    # a relation's reader keeps ORDER BY (DuckDB 2.0's DB-API result reader does not, without insertion order)
+    return con.sql(sql).to_arrow_reader(cfg.batch_rows)
+
+
+def scan_table(folder: str | Path, start_ms: int | None = None, end_ms: int | None = None,
+               include_undated: bool = False, order: str = "time", cfg: ScanConfig | None = None,
+               columns: Sequence[str] = COLUMNS) -> pa.Table:
+    """``scan`` read whole (for archives that fit in memory)."""
+    return scan(folder, start_ms, end_ms, include_undated, order, cfg, columns=columns).read_all()
+
+
+def first_seen(folder: str | Path, before_ms: int, cfg: ScanConfig | None = None,
+               con: duckdb.DuckDBPyConnection | None = None) -> tuple[list[str], list[str]]:
+    """Item and concept ids of the distinct events before ``before_ms``, in the order the time-ordered
+    stream first shows them (a concept list in its own order): the vocabularies' order."""
+    files = archive_files(folder, end_ms=before_ms)
+    if not files:
+        return [], []
+    con = con or connect(cfg)
+    events = deduplicated_sql(files, end_ms=before_ms)
+    key = "struct_pack(t := event_time, l := learner_id, s := coalesce(seq, 0), f := fidx, r := frow)"
+    items = con.execute(f"SELECT item_id FROM ({events}) WHERE event_time IS NOT NULL GROUP BY item_id "
+                        f"ORDER BY min({key})").fetchall()
+    concepts = con.execute(
+        f"SELECT c FROM (SELECT unnest(concept_ids) AS c, generate_subscripts(concept_ids, 1) AS i, {key} AS k "
+        f"FROM ({events}) WHERE event_time IS NOT NULL) GROUP BY c ORDER BY min(struct_pack(k := k, i := i))"
+    ).fetchall()
+    return [r[0] for r in items], [r[0] for r in concepts]
+
+
+def learner_tables(batches: Iterator[pa.RecordBatch] | pa.RecordBatchReader, max_events: int) -> Iterator[pa.Table]:
+    """Tables of whole learners from a learner-ordered stream, each about ``max_events`` rows (a
+    learner with more rows comes whole, alone): the unit that bounds the memory of building histories."""
+    pending: list[pa.RecordBatch] = []
+    rows = 0
+    for batch in batches:
+        if batch.num_rows == 0:
+            continue
+        pending.append(batch)
+        rows += batch.num_rows
+        if rows < max_events:
+            continue
+        table = pa.Table.from_batches(pending)
+        last = table.column("learner_id")[-1]
+        cut = _first_row_of_last_learner(table.column("learner_id"), last)
+        if cut == 0:  # one learner so far: wait for its end
+            continue
+        yield table.slice(0, cut)
+        rest = table.slice(cut)
+        pending, rows = rest.to_batches(), rest.num_rows
+    if rows:
+        yield pa.Table.from_batches(pending)
+
+
+def _first_row_of_last_learner(learners: pa.ChunkedArray, last: pa.Scalar) -> int:
+    same = pc.equal(learners, last).to_numpy(zero_copy_only=False)
+    differ = np.flatnonzero(~same)
+    return int(differ[-1]) + 1 if len(differ) else 0
+
+
+class ArrowIds(Sequence):
+    """Event ids of one history kept in their Arrow column (no Python string per event until read)."""
+
+    def __init__(self, values: pa.Array):
+        self._values = values
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            start, stop, step = index.indices(len(self._values))
+            assert step == 1, "event ids slice with step 1 only"
+            return ArrowIds(self._values.slice(start, max(0, stop - start)))
+        return self._values[index].as_py()
+
+    def __iter__(self):
+        return iter(self._values.to_pylist())
+
+    def __add__(self, other) -> list:
+        return list(self) + list(other)
+
+
+def _encode_ids(values: pa.ChunkedArray | pa.Array, vocab_ids: pa.Array) -> np.ndarray:
+    index = pc.index_in(values, value_set=vocab_ids)
+    return pc.fill_null(pc.add(index, 2), UNKNOWN).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _step_starts(learner_start: np.ndarray, step: pa.Array, times: np.ndarray, n: int) -> np.ndarray:
+    """First row of each row's step (a step: equal step id, or no step id and one event time), absolute."""
+    if n == 0:
+        return np.zeros(0, np.int64)
+    valid = step.is_valid().to_numpy(zero_copy_only=False)
+    same_id = np.zeros(n, bool)
+    same_id[1:] = pc.equal(step.slice(1), step.slice(0, n - 1)).fill_null(False).to_numpy(zero_copy_only=False)
+    same_time = np.zeros(n, bool)
+    same_time[1:] = ~valid[1:] & ~valid[:-1] & (times[1:] == times[:-1])  # NaN (no clock) never equal
+    same = np.where(valid, same_id & np.r_[False, valid[:-1]], same_time)
+    same[learner_start] = False
+    return np.maximum.accumulate(np.where(same, 0, np.arange(n)))
+
+
+def encode_table(table: pa.Table, items: Vocabulary, concepts: Vocabulary, arrow_ids: bool = False,
+                 item_values: pa.Array | None = None, concept_values: pa.Array | None = None) -> list[LearnerHistory]:
+    """One `LearnerHistory` per learner of a learner-ordered table, as `histories.encode` makes them from
+    the same records. ``arrow_ids``: event ids as `ArrowIds` (else lists of str). ``item_values`` /
+    ``concept_values``: the vocabularies' ids as Arrow arrays, when the caller keeps them across tables."""
+    n = table.num_rows
+    if n == 0:
+        return []
+    table = table.combine_chunks()
+    learner = table.column("learner_id").chunk(0)
+    change = np.ones(n, bool)
+    change[1:] = ~pc.equal(learner.slice(1), learner.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(change)
+    stops = np.r_[starts[1:], n]
+    item_values = item_values if item_values is not None else pa.array(items.ids, pa.string())
+    concept_values = concept_values if concept_values is not None else pa.array(concepts.ids, pa.string())
+    item_idx = _encode_ids(table.column("item_id"), item_values)
+    lists = table.column("concept_ids").chunk(0)
+    counts = pc.fill_null(pc.list_value_length(lists), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+    flat = _encode_ids(pc.list_flatten(lists), concept_values)
+    width = max(1, int(counts.max()))
+    conc = np.zeros((n, width), np.int64)
+    rows = np.repeat(np.arange(n), counts)
+    conc[rows, np.arange(len(flat)) - np.repeat(np.cumsum(counts) - counts, counts)] = flat
+    widths = np.maximum(np.maximum.reduceat(counts, starts), 1)
+    t = table.column("event_time").chunk(0)
+    times = pc.divide(pc.cast(t, pa.float64()), 1000.0).fill_null(np.nan).to_numpy(zero_copy_only=False)
+    resp = pc.fill_null(table.column("response").chunk(0), NO_RESPONSE).to_numpy(zero_copy_only=False).astype(np.int64)
+    steps = _step_starts(starts, table.column("step_id").chunk(0), times, n)
+    ids = table.column("event_id").chunk(0)
+    out = []
+    for lo, hi, w in zip(starts.tolist(), stops.tolist(), widths.tolist()):
+        event_ids = ArrowIds(ids.slice(lo, hi - lo)) if arrow_ids else ids.slice(lo, hi - lo).to_pylist()
+        out.append(LearnerHistory(learner[lo].as_py(), item_idx[lo:hi], conc[lo:hi, :w], resp[lo:hi],
+                                  times[lo:hi], steps[lo:hi] - lo, event_ids))
+    return out

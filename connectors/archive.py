@@ -299,9 +299,9 @@ def serve_metrics(archiver: Archiver, settings: ArchiveSettings):
 def kafka_archiver(kafka_settings, settings: ArchiveSettings) -> Archiver:
     """An archiver on the events topic, in its own consumer group, dead letters through its own producer
     (lazy: no network call yet)."""
-    from connectors.kafka import KafkaSink, KafkaSource
+    from connectors.kafka import output_sink_for, source_for
 
-    source = KafkaSource(kafka_settings.model_copy(update={"group_id": settings.group_id}),
+    source = source_for(kafka_settings.model_copy(update={"group_id": settings.group_id}),
                          max_poll_records=settings.max_poll_records)
     writer = ArchiveWriter(settings.folder, settings.flush_records, settings.flush_seconds)
-    return Archiver(source, writer, KafkaSink(kafka_settings), settings)
+    return Archiver(source, writer, output_sink_for(kafka_settings), settings)

@@ -4,7 +4,7 @@ Precedence (highest first): environment variables (``KTSTREAM_`` prefix,
 ``__`` between nested names, e.g. ``KTSTREAM_KAFKA__BOOTSTRAP_SERVERS``), the
 YAML file given to ``load_settings``, keyword overrides, then the defaults
 below. Secrets are ``SecretStr`` (never printed). ``kafka.consumer`` and
-``kafka.producer`` pass any further kafka-python setting straight through.
+``kafka.producer`` pass any further setting of the Kafka client (``kafka.client``) straight through.
 
 >>> s = load_settings(None, engine={"late_policy": "apply"})
 >>> s.engine.late_policy, s.kafka.topics.events
@@ -34,6 +34,11 @@ class TopicsSettings(_Section):
 
 
 class KafkaSettings(_Section):
+    client: Literal["kafka-python", "confluent"] = Field(
+        "kafka-python", description="the Kafka client library: kafka-python (pure Python, a core dependency) or "
+                                    "confluent (confluent-kafka on librdkafka: the extra kafka-native, "
+                                    "pip install 'ktstream[kafka-native]'; several times less CPU per event, see "
+                                    "docs/engine.md). consumer / producer below then hold that client's settings")
     bootstrap_servers: str = "127.0.0.1:9092"
     topics: TopicsSettings = TopicsSettings()
     partitions: int = Field(6, ge=1, description="partitions of the topics the embedded broker / demo creates")
@@ -74,8 +79,10 @@ class KafkaSettings(_Section):
     read_stall_timeout_s: float = Field(30.0, gt=0, description="a partition read to its end (a state restore "
                                         "from the changelog) fails when it makes no progress (no record, no "
                                         "position advance) this long; a slow broker only has to keep moving")
-    consumer: dict[str, Any] = Field(default_factory=dict, description="extra kafka-python consumer settings")
-    producer: dict[str, Any] = Field(default_factory=dict, description="extra kafka-python producer settings")
+    consumer: dict[str, Any] = Field(default_factory=dict, description="extra consumer settings of the client "
+                                     "(kafka-python: fetch_max_wait_ms; confluent: librdkafka's fetch.wait.max.ms)")
+    producer: dict[str, Any] = Field(default_factory=dict, description="extra producer settings of the client "
+                                     "(kafka-python: max_request_size; confluent: librdkafka's message.max.bytes)")
 
     @model_validator(mode="after")
     def _insync_within_replicas(self) -> "KafkaSettings":

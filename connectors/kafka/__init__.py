@@ -1,15 +1,48 @@
-"""Kafka connectors: the only place that imports kafka-python (the engine sees plain records)."""
+"""Kafka connectors: the only place that imports a Kafka client (the engine sees plain records).
+
+Two clients behind the same interfaces, chosen by ``kafka.client``: kafka-python (``KafkaSource``,
+``KafkaSink``, ``TransactionalSink``) and confluent-kafka on librdkafka (``ConfluentSource``,
+``ConfluentSink``, ``ConfluentTransactionalSink``, the extra ``kafka-native``). Build them with
+``source_for`` / ``output_sink_for`` / ``sink_for``; nothing outside connectors/ names a client.
+Topic administration (connectors.kafka.admin) and the committed reader of a restore
+(connectors.kafka.committed) are kafka-python's for both: see docs/engine.md, "Kafka clients".
+"""
 
 from connectors.kafka.sink import KafkaSink
 from connectors.kafka.source import KafkaSource
 from connectors.kafka.transactional import TransactionalSink
 
+CLIENTS = ("kafka-python", "confluent")
 
-def sink_for(settings) -> KafkaSink:
-    """The sink ``settings.state.processing_guarantee`` asks for (``settings``: ktstream.config.Settings)."""
+
+def source_for(kafka, topics: list[str] | None = None, max_poll_records: int = 1000, **overrides):
+    """A consumer-group source on ``kafka.client`` (``kafka``: ktstream.config.KafkaSettings)."""
+    if kafka.client == "confluent":
+        from connectors.kafka.confluent_source import ConfluentSource
+
+        return ConfluentSource(kafka, topics, max_poll_records, **overrides)
+    return KafkaSource(kafka, topics, max_poll_records, **overrides)
+
+
+def output_sink_for(kafka, **overrides):
+    """A plain (at-least-once, idempotent, acks=all) sink on ``kafka.client``."""
+    if kafka.client == "confluent":
+        from connectors.kafka.confluent_sink import ConfluentSink
+
+        return ConfluentSink(kafka, **overrides)
+    return KafkaSink(kafka, **overrides)
+
+
+def sink_for(settings):
+    """The sink ``settings.state.processing_guarantee`` asks for, on ``settings.kafka.client``
+    (``settings``: ktstream.config.Settings)."""
     if settings.state.processing_guarantee == "exactly-once":
+        if settings.kafka.client == "confluent":
+            from connectors.kafka.confluent_sink import ConfluentTransactionalSink
+
+            return ConfluentTransactionalSink(settings.kafka, settings.state)
         return TransactionalSink(settings.kafka, settings.state)
-    return KafkaSink(settings.kafka)
+    return output_sink_for(settings.kafka)
 
 
-__all__ = ["KafkaSink", "KafkaSource", "TransactionalSink", "sink_for"]
+__all__ = ["CLIENTS", "KafkaSink", "KafkaSource", "TransactionalSink", "output_sink_for", "sink_for", "source_for"]

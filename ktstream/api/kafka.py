@@ -6,8 +6,8 @@ work without naming ``connectors``.
 """
 
 from connectors.broker import BrokerError, EmbeddedBroker
-from connectors.kafka import KafkaSink, KafkaSource, TransactionalSink, sink_for
+from connectors.kafka import KafkaSink, KafkaSource, TransactionalSink, output_sink_for, sink_for, source_for
 from connectors.kafka.admin import create_topics, list_topics
 
 __all__ = ["BrokerError", "EmbeddedBroker", "KafkaSink", "KafkaSource", "TransactionalSink", "create_topics",
-           "list_topics", "sink_for"]
+           "list_topics", "output_sink_for", "sink_for", "source_for"]

@@ -57,7 +57,7 @@ def run(args) -> int:
     import torch
 
     from connectors.broker import EMBEDDED, EmbeddedBroker
-    from connectors.kafka import KafkaSink, KafkaSource
+    from connectors.kafka import output_sink_for, source_for
     from ktstream.cli.serve import load_model
     from ktstream.config import load_settings
     from ktstream.core import Output
@@ -83,13 +83,13 @@ def run(args) -> int:
         records = replay_order(simulate(n_learners=args.learners, seed=1, query_prob=0.03, start_spread_ms=300_000,
                                         mean_gap_ms=30_000))
         bad = malformed()
-        service = Service(s, serving, KafkaSource(k, max_poll_records=s.engine.max_batch), KafkaSink(k))
+        service = Service(s, serving, source_for(k, max_poll_records=s.engine.max_batch), output_sink_for(k))
         print(f"engine  metrics on http://{service.server.host}:{service.server.port}/metrics (also /healthz, /readyz)")
         total = len(records) + len(bad)
         m = service.metrics
         done = lambda: m.totals["consumed"] >= total  # noqa: E731
         service.start(until=done)
-        sink = KafkaSink(k)
+        sink = output_sink_for(k)
         sink.send(Output(k.topics.events, b"u0", b) for b in bad)
 
         def replay() -> None:

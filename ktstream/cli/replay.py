@@ -27,7 +27,7 @@ def register(sub) -> None:
 def run(args) -> int:
     if not getattr(args, "verbose", False):
         logging.getLogger("kafka").setLevel(logging.WARNING)  # kafka-python logs every connection at INFO
-    from connectors.kafka import KafkaSink
+    from connectors.kafka import output_sink_for
     from ktstream.config import load_settings
     from ktstream.data.eventlog import read_events
     from ktstream.engine.replay import publish, replay_order
@@ -36,7 +36,7 @@ def run(args) -> int:
     settings = load_settings(args.config, kafka=kafka)
     topic = args.topic or settings.kafka.topics.events
     records = replay_order(read_events(args.events))[: args.limit]
-    sink = KafkaSink(settings.kafka)
+    sink = output_sink_for(settings.kafka)
     try:
         for sent in publish(records, sink, topic, args.rate, args.retime):
             pass

@@ -55,7 +55,7 @@ def ensure_changelog(settings) -> tuple[str, bool]:
 def run(args) -> int:
     import torch
 
-    from connectors.kafka import KafkaSource, admin, sink_for  # the only Kafka client code lives in connectors/
+    from connectors.kafka import admin, sink_for, source_for  # the only Kafka client code lives in connectors/
     from ktstream.config import load_settings
     from ktstream.service import Service
 
@@ -69,7 +69,7 @@ def run(args) -> int:
         admin.create_topics(k, [k.topics.events, k.topics.predictions, k.topics.dead_letters], k.partitions)
     compacted = ensure_changelog(settings)[1] if settings.state.dir is not None else None
     serving = load_model(settings.model)
-    source = KafkaSource(k, max_poll_records=settings.engine.max_batch)
+    source = source_for(k, max_poll_records=settings.engine.max_batch)
     service = Service(settings, serving, source, sink_for(settings))
     if compacted is not None:
         service.metrics.changelog_compaction(compacted)

@@ -186,9 +186,8 @@ class BKT(KTModel):
         probs = self._log_probs(state["mastery"].gather(1, ids), weight, slot).exp()
         if not describe:
             return probs
-        mastery = state["mastery"]
-        extras = {} if max_values is not None and mastery.shape[1] > max_values else {"mastery": mastery.clone()}
-        return probs, extras
+        # kept whatever ``max_values``: a prediction reports the mastery of its event's concepts only
+        return probs, {"mastery": state["mastery"].clone()}
 
     def update(self, state: State, interaction: Interactions) -> State:
         ids, _, slot = self._slots(interaction.concepts)

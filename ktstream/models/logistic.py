@@ -171,10 +171,10 @@ class IRTPFA(KTModel):
         extras: dict[str, torch.Tensor] = {}
         if self.ability:
             extras["ability"] = theta.unsqueeze(-1)
-        if max_values is None or self.n_concepts <= max_values:
-            # P(correct) on an item of difficulty 0 tagged with that concept alone, per concept
-            every = torch.arange(self.n_concepts, device=theta.device)
-            extras["mastery"] = torch.sigmoid(self._concept_logits(every, state["counts"]) + theta.unsqueeze(-1))
+        # per concept, P(correct) on an item of difficulty 0 tagged with that concept alone; kept whatever
+        # ``max_values``: a prediction reports the mastery of its event's concepts only
+        every = torch.arange(self.n_concepts, device=theta.device)
+        extras["mastery"] = torch.sigmoid(self._concept_logits(every, state["counts"]) + theta.unsqueeze(-1))
         return probs, extras
 
     def update(self, state: State, interaction: Interactions) -> State:

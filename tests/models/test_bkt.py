@@ -141,3 +141,13 @@ def test_guess_and_slip_stay_below_one_half_whatever_the_logits():
         model.logits.fill_(40.0)
     for p in model.params().values():
         assert p["guess"] <= 0.5 and p["slip"] <= 0.5 and p["prior"] <= 1.0
+
+
+@torch.no_grad()
+def test_described_mastery_is_every_concepts_p_of_l_whatever_max_values():
+    """The engine reports each event's own concepts out of it (ktstream.engine.messages), so it stays
+    in the extras even when the concept vocabulary is larger than ``max_values``."""
+    model = create("bkt", n_items=5, n_concepts=6, init_scale=1.0).eval()
+    state = model.update(model.init_state(1), query([2, 4], 1))
+    _, extras = model.predict(state, query([3]), describe=True, max_values=4)
+    assert torch.equal(extras["mastery"], state["mastery"])

@@ -104,3 +104,20 @@ def test_a_fit_recovers_the_signs_of_the_practice_effects_and_the_item_difficult
         assert gamma > 0.3 and rho < -0.1, (c, gamma, rho)
     fitted = np.array([coef["difficulty"][i] for i in range(2, 40)])
     assert np.corrcoef(fitted, b[2:])[0, 1] > 0.9
+
+
+@torch.no_grad()
+def test_described_mastery_is_the_concepts_own_prediction_whatever_max_values(make_histories):
+    _, hist = make_histories([20], N_ITEMS, N_CONCEPTS, 2, seed=6)
+    model = create("irt-pfa", n_items=N_ITEMS, n_concepts=N_CONCEPTS, init_scale=0.5).eval()
+    _, state = predict_stepwise(model, hist)
+    _, extras = model.predict(state, hist.at(3), describe=True, max_values=4)
+    concept = int(hist.concepts[0, 3, 0]) or 0
+    alone = hist.at(3)
+    alone.items = torch.zeros_like(alone.items)  # the padding item: difficulty row 0
+    alone.concepts = torch.tensor([[concept]])
+    with torch.no_grad():
+        model.difficulty.weight[0] = 0.0
+        p = model.predict(state, alone)[0, 1]
+    assert extras["mastery"].shape == (1, N_CONCEPTS)
+    assert extras["mastery"][0, concept].item() == pytest.approx(p.item(), abs=1e-6)

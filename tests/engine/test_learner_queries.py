@@ -280,3 +280,31 @@ def test_the_loop_answers_at_least_one_and_stops_at_its_budget(kit):
         for lid in [recs[0]["learner_id"]] * 5:
             q._asks.put_nowait(_Ask(lid, None))
     assert slow.answer(engine) == 1 and fast.answer(engine) == 5
+
+
+def test_an_evicted_learner_is_read_from_the_store_and_not_cached_again(kit):
+    from ktstream.engine import MemorySink, MemorySource, StateCache
+    from ktstream.engine.engine import Engine
+    from ktstream.engine.processor import Processor
+    from ktstream.serving.runner import ModelRunner
+    from ktstream.state.memory import MemoryStore
+
+    recs = kit.stream(n_learners=12, mean_length=10, seed=9)
+    items, concepts = kit.build_vocabularies(recs)
+    model = kit.tiny_model("dkt", items, concepts)
+    source, sink = MemorySource(kit.as_records(recs)), MemorySink()
+    store = MemoryStore()
+    for p in range(3):
+        store.open((kit.EVENTS, p))  # what the state manager does on assignment
+    cache = StateCache(30_000, store)  # room for a few learners: the rest live in the store only
+    engine = Engine(source, sink, Processor(ModelRunner(model, items, concepts, "v0"), cache, kit.PREDICTIONS,
+                                            kit.DEAD), max_batch=20)
+    kit.drain(engine, source)
+    evicted = next(lid for lid in dict.fromkeys(r["learner_id"] for r in recs) if lid not in cache)
+    order, size = list(cache.keys()), cache.bytes
+    learner = ask(engine, LearnerQueries("http://me:1", timeout_s=10), evicted)["learner"]
+    assert learner["events_applied"] == sum(r["learner_id"] == evicted for r in recs)
+    published = [p for p in kit.outputs(sink, kit.PREDICTIONS) if p["learner_id"] == evicted][-1]
+    assert torch.allclose(torch.tensor(learner["last_prediction"]["probs"]), torch.tensor(published["probs"]),
+                          atol=1e-5)
+    assert evicted not in cache and list(cache.keys()) == order and cache.bytes == size

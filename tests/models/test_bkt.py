@@ -60,8 +60,8 @@ def test_recovers_the_parameters_of_a_simulated_bkt():
 
 
 def query(concepts, response=-1, item=2) -> Interactions:
-    c = torch.tensor([concepts])
-    return Interactions(torch.tensor([item]), c, torch.tensor([response]), torch.tensor([math.nan], dtype=torch.float64))
+    return Interactions(torch.tensor([item]), torch.tensor([concepts]), torch.tensor([response]),
+                        torch.tensor([math.nan], dtype=torch.float64))
 
 
 def bkt(with_forget: bool, **probs: float):

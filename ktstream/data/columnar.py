@@ -145,10 +145,13 @@ def scan_table(folder: str | Path, start_ms: int | None = None, end_ms: int | No
 
 
 def first_seen(folder: str | Path, before_ms: int, cfg: ScanConfig | None = None,
-               con: duckdb.DuckDBPyConnection | None = None) -> tuple[list[str], list[str]]:
+               con: duckdb.DuckDBPyConnection | None = None,
+               files_end_ms: int | None = None) -> tuple[list[str], list[str]]:
     """Item and concept ids of the distinct events before ``before_ms``, in the order the time-ordered
-    stream first shows them (a concept list in its own order): the vocabularies' order."""
-    files = archive_files(folder, end_ms=before_ms)
+    stream first shows them (a concept list in its own order): the vocabularies' order. Repeats are
+    dropped over the files of dates before ``files_end_ms`` (default ``before_ms``), as a read up to
+    ``files_end_ms`` drops them."""
+    files = archive_files(folder, end_ms=before_ms if files_end_ms is None else max(before_ms, files_end_ms))
     if not files:
         return [], []
     con = con or connect(cfg)

@@ -3,7 +3,9 @@
 One cycle (``run_cycle``) at cutoff C, horizon H:
 
 1. ``build_windows``: windows < C, [C, C+H), [C+H, C+2H); vocabularies from < C,
-   extending the serving model's (warm start);
+   extending the serving model's (warm start); the ``Trainer`` builds them from the
+   archive in columns (``build_windows_from_archive``: the same windows, memory bounded
+   by the scan's limit and the windows themselves);
 2. ``fine_tune`` the serving model (or train ``family`` from scratch when the
    registry is empty);
 3. ``judge``: leakage gate, then paired bootstrap against the serving model;
@@ -26,12 +28,12 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable
 
-from ktstream.data.archive_reader import archive_summary, read_archive
+from ktstream.data.archive_reader import archive_summary
 from ktstream.finetune.finetune import FinetuneConfig, fine_tune
 from ktstream.finetune.metrics import FinetuneMetrics
 from ktstream.finetune.promotion import PromotionConfig, judge, promote_or_reject
 from ktstream.finetune.registry import ModelRegistry
-from ktstream.finetune.windows import build_windows
+from ktstream.finetune.windows import TimeWindows, build_windows, build_windows_from_archive
 
 log = logging.getLogger(__name__)
 
@@ -52,15 +54,31 @@ class CycleResult:
         return asdict(self)
 
 
-def run_cycle(records: Iterable[dict[str, Any]], cutoff_ms: int, horizon_ms: int, registry: ModelRegistry,
+def run_cycle(records: Iterable[dict[str, Any]] | None, cutoff_ms: int, horizon_ms: int, registry: ModelRegistry,
               family: str = "dkt", model_kwargs: dict | None = None, ft: FinetuneConfig | None = None,
-              promotion: PromotionConfig | None = None, metrics: FinetuneMetrics | None = None) -> CycleResult:
+              promotion: PromotionConfig | None = None, metrics: FinetuneMetrics | None = None,
+              windows: Callable[..., TimeWindows] | None = None) -> CycleResult:
+    """One cycle on ``records`` (any order), or on the windows ``windows(base vocabularies, n_categories)``
+    builds (``records`` then unused: the ``Trainer`` reads the archive in columns)."""
+    if windows is None:
+        def windows(base, n_categories):
+            return build_windows(records, cutoff_ms, horizon_ms, base, n_categories)
+
+    return run_cycle_on(windows, registry, family, model_kwargs, ft, promotion, metrics)
+
+
+def run_cycle_on(windows: Callable[..., TimeWindows], registry: ModelRegistry, family: str = "dkt",
+                 model_kwargs: dict | None = None, ft: FinetuneConfig | None = None,
+                 promotion: PromotionConfig | None = None, metrics: FinetuneMetrics | None = None) -> CycleResult:
+    """One cycle on the windows that ``windows(base vocabularies, n_categories)`` builds (from records,
+    or from the archive in columns: ``build_windows_from_archive``)."""
     started = time.time()
     ft, promotion = ft or FinetuneConfig(), promotion or PromotionConfig()
     parent = registry.latest()
     serving = registry.get(parent) if parent else None
     base = (serving.items, serving.concepts) if serving else None
-    data = build_windows(records, cutoff_ms, horizon_ms, base, serving.model.n_categories if serving else None)
+    data = windows(base, serving.model.n_categories if serving else None)
+    cutoff_ms, horizon_ms = data.cutoff_ms, data.horizon_ms
     result = fine_tune(data, serving.model if serving else None, ft, family, model_kwargs)
     decision = judge(result, (serving.model, serving.items, serving.concepts) if serving else None, data, promotion)
     outcome, name = promote_or_reject(registry, result, decision, data, parent, promotion)
@@ -115,9 +133,11 @@ class Trainer:
         started = time.time()
         rows = archive_summary(self.archive)["rows"]
         try:
-            records = read_archive(self.archive, end_ms=cutoff + 2 * self.horizon_ms)
-            cycle = run_cycle(records, cutoff, self.horizon_ms, self.registry, self.family, self.model_kwargs,
-                              self.ft, self.promotion, self.metrics)
+            def windows(base, n_categories):  # the archive in columns, within the scan's memory limit
+                return build_windows_from_archive(self.archive, cutoff, self.horizon_ms, base, n_categories)
+
+            cycle = run_cycle(None, cutoff, self.horizon_ms, self.registry, self.family, self.model_kwargs,
+                              self.ft, self.promotion, self.metrics, windows=windows)
         except Exception:
             self.metrics.failed(time.time() - started)
             raise

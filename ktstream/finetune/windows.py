@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from ktstream.data.columnar import ScanConfig, connect, encode_table, first_seen, learner_tables, scan
 from ktstream.data.histories import LearnerHistory, build_vocabularies, encode
 from ktstream.data.vocab import Vocabulary
 from ktstream.exceptions import LeakageError
@@ -44,7 +45,7 @@ def assert_before(histories: Sequence[LearnerHistory], cutoff_ms: int, what: str
         bad = ~(h.times < limit)  # NaN (no clock) counts as bad: it cannot be shown to precede C
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise LeakageError(f"{what} history of learner {h.learner_id!r} holds event {h.event_ids[i]!r} at "
+            raise LeakageError(f"{what} history of learner {h.learner_id!r} holds event {str(h.event_ids[i])!r} at "
                                f"{h.times[i] * 1000.0:.0f} ms, not before the cutoff {cutoff_ms} ms")
 
 
@@ -110,6 +111,66 @@ def build_windows(records: Iterable[dict[str, Any]], cutoff_ms: int, horizon_ms:
     data = TimeWindows(C, H, items, concepts, n_categories or max(2, seen_k), train, select, _scored(select, C),
                       judge, _scored(judge, C + H))
     data.counts = {"train_events": len(before), "select_events": int(sum(s.sum() for s in data.select_scored)),
+                   "judge_events": int(sum(s.sum() for s in data.judge_scored)), "learners": len(judge),
+                   "items": len(items) - 2, "concepts": len(concepts) - 2,
+                   "new_items": len(items) - (len(base[0]) if base else 2),
+                   "new_concepts": len(concepts) - (len(base[1]) if base else 2)}
+    return data
+
+
+def prefix(h: LearnerHistory, n: int) -> LearnerHistory:
+    """The first ``n`` positions of a time-ordered history, its concept columns trimmed to the widest row
+    among them (as encoding those positions alone makes them)."""
+    part = h.slice(0, n)
+    width = max(1, int((part.concepts != 0).sum(1).max())) if n else 1
+    part.concepts = part.concepts[:, :width]
+    return part
+
+
+def _count_before(h: LearnerHistory, limit_ms: int) -> int:
+    return int(np.searchsorted(h.times, limit_ms / 1000.0, side="left"))  # times ascend: those < limit
+
+
+def archive_vocabularies(folder, cutoff_ms: int, files_end_ms: int, base: tuple[Vocabulary, Vocabulary] | None,
+                         con=None) -> tuple[Vocabulary, Vocabulary]:
+    """Item and concept vocabularies of the archive's events < cutoff (``base``'s ids first), as
+    `build_windows` builds them from the same records."""
+    item_ids, concept_ids = first_seen(folder, cutoff_ms, con=con, files_end_ms=files_end_ms)
+    if not item_ids:
+        raise FinetuneError(f"no events before the cutoff {cutoff_ms}")
+    if base is None:
+        return Vocabulary(item_ids), Vocabulary(concept_ids)
+    return extend_vocabulary(base[0], item_ids), extend_vocabulary(base[1], concept_ids)
+
+
+def build_windows_from_archive(folder, cutoff_ms: int, horizon_ms: int,
+                               base: tuple[Vocabulary, Vocabulary] | None = None, n_categories: int | None = None,
+                               cfg: ScanConfig | None = None, max_events: int = 1_000_000) -> TimeWindows:
+    """``build_windows(read_archive(folder, end_ms=C + 2H), ...)`` read in columns: the same windows, built
+    learner by learner from tables of about ``max_events`` rows (DuckDB sorts within ``cfg``'s memory).
+    The three windows are held in memory; training on an archive larger than memory streams instead
+    (``ktstream.finetune.stream.ArchiveTrainingData``)."""
+    if horizon_ms <= 0:
+        raise ValueError(f"horizon must be positive, got {horizon_ms} ms")
+    C, H = cutoff_ms, horizon_ms
+    con = connect(cfg)
+    items, concepts = archive_vocabularies(folder, C, C + 2 * H, base, con)
+    train, select, judge, max_k, n_before = [], [], [], 0, 0
+    for table in learner_tables(scan(folder, end_ms=C + 2 * H, order="learner", cfg=cfg, con=con), max_events):
+        for h in encode_table(table, items, concepts):
+            judge.append(h)
+            n_train, n_select = _count_before(h, C), _count_before(h, C + H)
+            if n_select:
+                select.append(h if n_select == len(h) else prefix(h, n_select))
+            if n_train:
+                train.append(h if n_train == len(h) else prefix(h, n_train))
+                max_k = max(max_k, int(h.responses[:n_train].max()))
+                n_before += n_train
+    assert_before(train, C, "training")
+    assert_before(select, C + H, "selection")
+    data = TimeWindows(C, H, items, concepts, n_categories or max(2, 1 + max_k), train, select, _scored(select, C),
+                       judge, _scored(judge, C + H))
+    data.counts = {"train_events": n_before, "select_events": int(sum(s.sum() for s in data.select_scored)),
                    "judge_events": int(sum(s.sum() for s in data.judge_scored)), "learners": len(judge),
                    "items": len(items) - 2, "concepts": len(concepts) - 2,
                    "new_items": len(items) - (len(base[0]) if base else 2),

@@ -21,7 +21,7 @@ import math
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -31,6 +31,7 @@ from tqdm import tqdm
 from ktstream.data.histories import Histories, LearnerHistory, collate
 from ktstream.models.base import KTModel, select_state
 from ktstream.scoring.binary import auc
+from ktstream.training.distributed import DataParallel
 from ktstream.training.precision import check_autocast
 
 log = logging.getLogger(__name__)
@@ -274,21 +275,45 @@ def validation_metric(model: KTModel, histories, scored, cfg: TrainConfig, devic
     return "neg_log_loss", -nll
 
 
-def _train_epoch(model, opt, train, cfg: TrainConfig, rng, device, desc: str, show: bool) -> tuple[float, int]:
+class BatchSource(Protocol):
+    """Training data that makes its own batches (an archive streamed within a memory budget)."""
+
+    def batches(self, batch_size: int, rng: np.random.Generator | None, tokens: int) -> Iterable[list[LearnerHistory]]:
+        ...
+
+
+def _epoch_batches(train, cfg: TrainConfig, rng) -> Iterable[list[LearnerHistory]]:
+    if hasattr(train, "batches"):
+        return train.batches(cfg.batch_size, rng, cfg.batch_tokens)
+    return _batches(train, cfg.batch_size, rng, cfg.batch_tokens)
+
+
+def _train_epoch(model, opt, train, cfg: TrainConfig, rng, device, desc: str, show: bool,
+                 parallel: DataParallel | None = None) -> tuple[float, int]:
+    """One pass over ``train``; with ``parallel``, this rank's share of every global batch, the step's
+    loss divided by the global count of predictions and the gradients summed over ranks."""
     model.train()
     total, count = 0.0, 0
-    batches = _batches(train, cfg.batch_size, rng, cfg.batch_tokens)
-    for hs in tqdm(batches, total=len(batches), disable=not show, desc=desc, leave=False):
-        batch = collate(hs).to(device)
-        with _step_precision(device, cfg):
-            loss_sum, n = model.training_loss(batch, lambda b: _loss(model, b, cfg.chunk))
-        if n == 0:
+    batches = _epoch_batches(train, cfg, rng)
+    for hs in tqdm(batches, total=len(batches) if hasattr(batches, "__len__") else None, disable=not show,
+                   desc=desc, leave=False):
+        hs = parallel.shard(hs) if parallel is not None else hs
+        loss_sum, n = (0.0, 0)
+        if hs:
+            batch = collate(hs).to(device)
+            with _step_precision(device, cfg):
+                loss_sum, n = model.training_loss(batch, lambda b: _loss(model, b, cfg.chunk))
+        n_all = parallel.total(n, device) if parallel is not None else n
+        if n_all == 0:
             continue
         opt.zero_grad(set_to_none=True)
-        (loss_sum / n).backward()
+        if n:
+            (loss_sum / n_all).backward()
+        if parallel is not None:
+            parallel.all_reduce_gradients(model)
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         opt.step()
-        total += float(loss_sum.detach())
+        total += float(loss_sum.detach()) if n else 0.0
         count += n
     return total, count
 
@@ -308,21 +333,30 @@ def refit(model: KTModel, histories: Sequence[LearnerHistory], selected: FitResu
     return model.eval()
 
 
-def fit(model: KTModel, train: Sequence[LearnerHistory], valid: Sequence[LearnerHistory],
-        cfg: TrainConfig | None = None, valid_scored=None) -> FitResult:
-    """Train with Adam; keep the weights of the epoch best on ``valid`` (early stopping)."""
+def fit(model: KTModel, train: Sequence[LearnerHistory] | BatchSource, valid: Sequence[LearnerHistory],
+        cfg: TrainConfig | None = None, valid_scored=None, parallel: DataParallel | None = None) -> FitResult:
+    """Train with Adam; keep the weights of the epoch best on ``valid`` (early stopping).
+
+    ``train`` is a list of histories or a `BatchSource`; ``parallel``: train data-parallel among the
+    ranks of torch.distributed's process group (``ktstream.training.distributed``; every rank calls fit
+    with the same data and settings). The train loss in the history is this rank's share.
+    """
     cfg = cfg or TrainConfig()
-    assert len(train) > 0 and len(valid) > 0, "fit needs non-empty train and validation histories"
+    assert len(valid) > 0, "fit needs non-empty validation histories"
+    assert hasattr(train, "batches") or len(train) > 0, "fit needs non-empty training histories"
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     device = _start(model, cfg)
+    if parallel is not None:
+        parallel.broadcast_parameters(model)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     best, best_epoch, best_state, history, bad = -math.inf, -1, None, [], 0
     started = time.time()
     show = cfg.progress and sys.stderr.isatty()
     metric_name = "auc"
     for epoch in range(cfg.epochs):
-        total, count = _train_epoch(model, opt, train, cfg, rng, device, f"epoch {epoch + 1}/{cfg.epochs}", show)
+        total, count = _train_epoch(model, opt, train, cfg, rng, device, f"epoch {epoch + 1}/{cfg.epochs}", show,
+                                    parallel)
         metric_name, value = validation_metric(model, valid, valid_scored, cfg, device)
         history.append({"epoch": epoch + 1, "lr": opt.param_groups[0]["lr"], "train_loss": total / max(count, 1),
                         f"valid_{metric_name}": value, "seconds": round(time.time() - started, 1)})

@@ -63,7 +63,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from connectors.broker import EmbeddedBroker  # noqa: E402
-from connectors.kafka import KafkaSink, KafkaSource  # noqa: E402
+from connectors.kafka.admin import create_topics  # noqa: E402
+from connectors.kafka import KafkaSink, output_sink_for, source_for  # noqa: E402
 from ktstream.config import load_settings  # noqa: E402
 from ktstream.data.histories import build_vocabularies  # noqa: E402
 from ktstream.data.simulate import simulate  # noqa: E402
@@ -130,8 +131,16 @@ def throughput_load(n_events: int, mean_length: int) -> list[dict]:
     return replay_order(simulate(n_learners=max(n_events // mean_length, 10), seed=1, **world))[:n_events]
 
 
+def split_config(cfg: str) -> tuple[str, str]:
+    """'CLIENT:CONFIG' -> (client, config); a config without a client is kafka-python's."""
+    client, sep, rest = cfg.partition(":")
+    return (client, rest) if sep else ("kafka-python", cfg)
+
+
 def make_engine(cfg: str, s, serving: dict) -> Engine:
-    source, sink = KafkaSource(s.kafka, max_poll_records=s.engine.max_batch), KafkaSink(s.kafka)
+    client, cfg = split_config(cfg)
+    s = s.model_copy(update={"kafka": s.kafka.model_copy(update={"client": client})})
+    source, sink = source_for(s.kafka, max_poll_records=s.engine.max_batch), output_sink_for(s.kafka)
     if cfg != "passthrough":
         name, s = model_config(cfg, s)
         return build_engine(s, serving[name], source, sink)
@@ -238,6 +247,73 @@ def offered(bootstrap: str, topic: str, records: list, rate: float, cpu=None, ki
         cpu.put(time.process_time() - start)
 
 
+def default_clients() -> str:
+    """Both clients when confluent-kafka is installed, else kafka-python alone."""
+    return "kafka-python" if publisher_kind() == "kafka-python" else "kafka-python,confluent"
+
+
+QUIX = "quixstreams:stateful-count"
+#: Tansu reports no ``retention.ms`` for a topic created without one, and Quix Streams reads the input topic's
+#: to configure the changelog topic it creates (a KeyError without it): the events topic is created with it.
+RETENTION = {"retention.ms": "604800000", "retention.bytes": "-1"}
+
+
+def quix_installed() -> bool:
+    try:
+        import quixstreams  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def quix_count_run(bootstrap: str, topic: str, total: int) -> tuple[int, float, float]:
+    """The peer row, in a process of its own: events, wall seconds and CPU seconds (from the first event to
+    the app's return, its last checkpoint and its consumer's leaving the group included)."""
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    proc = ctx.Process(target=_quix_count, args=(out, bootstrap, topic, total))
+    proc.start()
+    result = out.get(timeout=900)
+    proc.join(60)
+    return result
+
+
+def _quix_count(out, bootstrap: str, topic: str, total: int) -> None:
+    """A Quix Streams app: per learner (the record key) a running count in its state (RocksDB, with a
+    changelog topic), each event's count to an output topic; at-least-once, as ktstream's default. The
+    events topic must have been created with ``RETENTION``."""
+    import tempfile
+
+    from quixstreams import Application
+    from quixstreams.models.topics import TopicConfig
+
+    retention = RETENTION
+    group = f"quix-{uuid.uuid4().hex[:6]}"
+    seen = {"n": 0, "start": None}
+    app = Application(broker_address=bootstrap, consumer_group=group, auto_offset_reset="earliest",
+                      state_dir=tempfile.mkdtemp(prefix="bench_quix_"), processing_guarantee="at-least-once",
+                      use_changelog_topics=True, loglevel="WARNING")
+    source = app.topic(topic, key_deserializer="str", value_deserializer="json",
+                       config=TopicConfig(num_partitions=PARTITIONS, replication_factor=1, extra_config=retention))
+    sink = app.topic(f"{group}.counts", value_serializer="json",
+                     config=TopicConfig(num_partitions=PARTITIONS, replication_factor=1, extra_config=retention))
+
+    def count(value, state):
+        if seen["start"] is None:
+            seen["start"] = (time.perf_counter(), time.process_time())
+        n = state.get("count", 0) + 1
+        state.set("count", n)
+        seen["n"] += 1
+        if seen["n"] >= total:
+            app.stop()
+        return {"learner_id": value["learner_id"], "event_id": value["event_id"], "count": n}
+
+    app.dataframe(source).apply(count, stateful=True).to_topic(sink)
+    app.run()  # returns after its last checkpoint (produce flushed, offsets committed), as drain's last commit
+    wall0, cpu0 = seen["start"]
+    out.put((seen["n"], time.perf_counter() - wall0, time.process_time() - cpu0))
+
+
 def process_cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process so far (Linux /proc; NaN elsewhere)."""
     try:
@@ -264,7 +340,15 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(m for m in ("dkt", "dkvmn", "sakt", "sakt@float16")
                                                  if m.split("@")[0] in names()),
                     help="families at default sizes; NAME@float16: the same with an fp16 key/value cache")
+    ap.add_argument("--clients", default=default_clients(),
+                    help="Kafka clients of the engine, each a dimension of every configuration (kafka.client: "
+                         "kafka-python, confluent; default: both when confluent-kafka is installed)")
+    ap.add_argument("--skip-no-describe", action="store_true", help="leave out the NAME/no-describe rows")
+    ap.add_argument("--quix", choices=("auto", "yes", "no"), default="auto",
+                    help="the peer row: a Quix Streams app counting events per learner in its state (RocksDB and "
+                         "a changelog), on the same broker and events (auto: when quixstreams is installed)")
     args = ap.parse_args()
+    clients = [c for c in args.clients.split(",") if c]
     torch.set_num_threads(1)
     load = throughput_load(args.events, args.mean_length)
     rates_offered = [float(r) for r in args.rates.split(",") if r]
@@ -273,13 +357,17 @@ def main() -> None:
     items, concepts = build_vocabularies(load)
     model_spec = (args.models.split(","), items, concepts)
     serving = serving_models(*model_spec)
-    configs = ["passthrough"] + list(serving)
-    configs += [f"{m}/no-describe" for m, sm in serving.items() if type(sm.model).describe is not KTModel.describe]
+    base_configs = ["passthrough"] + list(serving)
+    if not args.skip_no_describe:
+        base_configs += [f"{m}/no-describe" for m, sm in serving.items()
+                         if type(sm.model).describe is not KTModel.describe]
+    configs = [f"{client}:{c}" for client in clients for c in base_configs]
+    quix = args.quix == "yes" or (args.quix == "auto" and quix_installed())
     print(f"torch threads 1; cores visible {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f} "
           f"(other processes share these cores: compare ratios, not absolute figures)")
     if args.repeat > 0:  # --repeat 0: latency runs only
         with EmbeddedBroker() as broker:
-            broker.create_topics(["bench.events"], PARTITIONS)
+            create_topics(broker.settings, ["bench.events"], PARTITIONS, RETENTION)  # RETENTION: for Quix Streams
             sink = KafkaSink(load_settings(None, kafka=dict(bootstrap_servers=broker.bootstrap_servers)).kafka)
             for _ in publish(load, sink, "bench.events", chunk=1000, progress=False):
                 pass
@@ -288,9 +376,19 @@ def main() -> None:
             rates = {c: [] for c in configs}
             cpu = {c: [] for c in configs}  # CPU microseconds per event
             main_cpu = {c: [] for c in configs}  # the same, the engine loop's thread alone
+            if quix:
+                rates[QUIX], cpu[QUIX], main_cpu[QUIX] = [], [], []
             for r in range(args.repeat):
+                if quix:
+                    done, seconds, cpu_s = quix_count_run(broker.bootstrap_servers, "bench.events", len(load))
+                    rates[QUIX].append(done / seconds)
+                    cpu[QUIX].append(cpu_s / done * 1e6)
+                    main_cpu[QUIX].append(math.nan)
+                    print(f"  throughput run {r + 1} {QUIX:28s} {done} events in {seconds:6.2f}s = "
+                          f"{done / seconds:7.0f} ev/s  ({cpu[QUIX][-1]:5.0f} us CPU per event; load average "
+                          f"{os.getloadavg()[0]:.1f})", flush=True)
                 for cfg in configs:
-                    tag = f"{cfg.replace('/', '-').replace('@', '-')}-{uuid.uuid4().hex[:6]}"
+                    tag = f"{cfg.replace('/', '-').replace('@', '-').replace(':', '-')}-{uuid.uuid4().hex[:6]}"
                     s = settings(broker, tag, "bench.events", args.max_batch)
                     broker.create_topics([s.kafka.topics.predictions, s.kafka.topics.dead_letters], PARTITIONS)
                     engine = make_engine(cfg, s, serving)
@@ -299,22 +397,26 @@ def main() -> None:
                     rates[cfg].append(done / seconds)
                     cpu[cfg].append(cpu_s / done * 1e6)
                     main_cpu[cfg].append(main_s / done * 1e6)
-                    print(f"  throughput run {r + 1} {cfg:18s} {done} events in {seconds:6.2f}s = {done / seconds:7.0f} ev/s"
-                          f"  ({cpu[cfg][-1]:5.0f} us CPU per event, {main_cpu[cfg][-1]:.0f} on the engine loop's thread)",
-                          flush=True)
-            base, base_cpu = statistics.median(rates["passthrough"]), statistics.median(cpu["passthrough"])
+                    print(f"  throughput run {r + 1} {cfg:28s} {done} events in {seconds:6.2f}s = {done / seconds:7.0f} ev/s"
+                          f"  ({cpu[cfg][-1]:5.0f} us CPU per event, {main_cpu[cfg][-1]:.0f} on the engine loop's thread; "
+                          f"load average {os.getloadavg()[0]:.1f})", flush=True)
+            ref = f"{clients[0]}:passthrough"  # every ratio is to the first client's passthrough
+            base, base_cpu = statistics.median(rates[ref]), statistics.median(cpu[ref])
             print(f"\nthroughput ({len(load)} events of {len({e['learner_id'] for e in load})} learners, max_batch "
-                  f"{args.max_batch}, median of {args.repeat}; "
-                  f"CPU ratio = passthrough CPU per event / this one's, i.e. throughput ratio on an idle core; "
-                  f"best = the same from each configuration's least CPU per event, the run least disturbed "
-                  f"by other jobs on these cores):")
-            best_cpu = min(cpu["passthrough"])
-            for cfg in configs:
+                  f"{args.max_batch}, median of {args.repeat}; ratio = to {ref}, paired by round; "
+                  f"x{clients[0]} = to the same configuration on {clients[0]}, paired by round; "
+                  f"CPU ratio = {ref}'s CPU per event / this one's, i.e. the throughput ratio on idle cores; "
+                  f"load average now {os.getloadavg()[0]:.1f}):")
+            best_cpu = min(cpu[ref])
+            for cfg in configs + ([QUIX] if quix else []):
                 med, c = statistics.median(rates[cfg]), statistics.median(cpu[cfg])
-                paired = statistics.median(x / b for x, b in zip(rates[cfg], rates["passthrough"]))
-                print(f"  {cfg:18s} {med:7.0f} ev/s  ratio {med / base:5.2f} (paired by round {paired:4.2f}) | "
-                      f"{c:5.0f} us CPU/event ({statistics.median(main_cpu[cfg]):.0f} main thread)  "
-                      f"CPU ratio {base_cpu / c:5.2f}  (~{1e6 / c:5.0f} ev/s per busy core) | best {min(cpu[cfg]):5.0f} us, "
+                paired = statistics.median(x / b for x, b in zip(rates[cfg], rates[ref]))
+                same = f"{clients[0]}:{split_config(cfg)[1]}"
+                across = (statistics.median(x / b for x, b in zip(rates[cfg], rates[same]))
+                          if cfg != QUIX and same in rates else math.nan)
+                print(f"  {cfg:28s} {med:7.0f} ev/s  ratio {med / base:5.2f} (paired {paired:4.2f}) "
+                      f"x{clients[0]} {across:4.2f} | {c:5.0f} us CPU/event ({statistics.median(main_cpu[cfg]):.0f} "
+                      f"main thread)  CPU ratio {base_cpu / c:5.2f} | best {min(cpu[cfg]):5.0f} us, "
                       f"ratio {best_cpu / min(cpu[cfg]):5.2f}")
     for rate in rates_offered:
         live = live_all[: int(rate * args.seconds)]
@@ -323,7 +425,7 @@ def main() -> None:
             for cfg in configs:
                 runs[cfg].append(latency_run(cfg, model_spec, live, rate, args.latency_max_batch, args.publisher))
                 p50, p99, top, achieved, p99_all, *cpu, loop = runs[cfg][-1]
-                print(f"  latency run {r + 1} at {rate:.0f} ev/s {cfg:18s} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  "
+                print(f"  latency run {r + 1} at {rate:.0f} ev/s {cfg:28s} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  "
                       f"max {top:7.1f} ms  achieved {achieved:6.0f} ev/s  (p99 with the first second: "
                       f"{p99_all:.0f} ms; CPU us/event: engine {cpu[0]:.0f} (main thread {cpu[1]:.0f}), "
                       f"broker {cpu[2]:.0f}, "
@@ -332,14 +434,14 @@ def main() -> None:
         print(f"\nlatency, event time -> prediction produced, at an offered {rate:.0f} ev/s for {args.seconds:.0f}s "
               f"(max_batch {args.latency_max_batch}, a fresh process and broker per run, first {WARM_UP_S:.0f}s left "
               f"out, median of {args.latency_repeat}; load generator {args.publisher}):")
-        base_p99s = [run[1] for run in runs["passthrough"]]
         for cfg in configs:
+            base_p99s = [run[1] for run in runs[f"{split_config(cfg)[0]}:passthrough"]]
             p50s, p99s, _, achieved, p99_all, *cpu, loops = zip(*runs[cfg])
             # each run against passthrough's run of the same round, minutes apart at most
             paired = statistics.median(p / b for p, b in zip(p99s, base_p99s))
             engine_cpu, main_cpu, broker_cpu, pub_cpu = (statistics.median(c) for c in cpu)
             loop = {phase: statistics.median(x[phase] for x in loops) for phase in loops[0]}
-            print(f"  {cfg:18s} p50 {statistics.median(p50s):7.1f} ms  p99 {statistics.median(p99s):7.1f} ms "
+            print(f"  {cfg:28s} p50 {statistics.median(p50s):7.1f} ms  p99 {statistics.median(p99s):7.1f} ms "
                   f"(range {min(p99s):.0f}-{max(p99s):.0f}; with the first second {min(p99_all):.0f}-"
                   f"{max(p99_all):.0f}; to passthrough's p99, paired by round, {paired:.2f})  "
                   f"achieved {statistics.median(achieved):6.0f} ev/s  "
@@ -384,7 +486,7 @@ def _latency_run(results, cfg: str, model_spec: tuple, live: list, rate: float, 
     serving = serving_models(*model_spec)
     tune_process(load_settings(None).engine)
     with EmbeddedBroker() as broker:
-        tag = f"lat-{cfg.replace('/', '-').replace('@', '-')}-{uuid.uuid4().hex[:6]}"
+        tag = f"lat-{cfg.replace('/', '-').replace('@', '-').replace(':', '-')}-{uuid.uuid4().hex[:6]}"
         s = settings(broker, tag, f"{tag}.ev", max_batch)
         t = s.kafka.topics
         broker.create_topics([t.events, t.predictions, t.dead_letters], PARTITIONS)

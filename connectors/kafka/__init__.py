@@ -33,16 +33,23 @@ def output_sink_for(kafka, **overrides):
     return KafkaSink(kafka, **overrides)
 
 
+def transactional_sink_for(kafka, state, **overrides):
+    """An exactly-once sink (one producer transaction per micro-batch) on ``kafka.client``
+    (``state``: ktstream.config.StateSettings: the instance id and the transaction timeout)."""
+    if kafka.client == "confluent":
+        from connectors.kafka.confluent_sink import ConfluentTransactionalSink
+
+        return ConfluentTransactionalSink(kafka, state, **overrides)
+    return TransactionalSink(kafka, state, **overrides)
+
+
 def sink_for(settings):
     """The sink ``settings.state.processing_guarantee`` asks for, on ``settings.kafka.client``
     (``settings``: ktstream.config.Settings)."""
     if settings.state.processing_guarantee == "exactly-once":
-        if settings.kafka.client == "confluent":
-            from connectors.kafka.confluent_sink import ConfluentTransactionalSink
-
-            return ConfluentTransactionalSink(settings.kafka, settings.state)
-        return TransactionalSink(settings.kafka, settings.state)
+        return transactional_sink_for(settings.kafka, settings.state)
     return output_sink_for(settings.kafka)
 
 
-__all__ = ["CLIENTS", "KafkaSink", "KafkaSource", "TransactionalSink", "output_sink_for", "sink_for", "source_for"]
+__all__ = ["CLIENTS", "KafkaSink", "KafkaSource", "TransactionalSink", "output_sink_for", "sink_for", "source_for",
+           "transactional_sink_for"]

@@ -41,9 +41,16 @@ def confluent_kafka():
     return module
 
 
+#: librdkafka's ``linger.ms`` is at most this: its ``flush`` still waits for a batch's linger (1,000 records to
+#: the embedded broker: 15 ms per flush at 100 ms, 6 ms at 5 ms), and the engine flushes every micro-batch.
+MAX_LINGER_MS = 5
+
+
 def common_config(s: KafkaSettings) -> dict[str, Any]:
+    """Connection and security; Nagle off (small requests, such as a flush's last one, go out at once:
+    1,000-record flushes took 12 ms instead of 15 on the embedded broker)."""
     cfg: dict[str, Any] = {"bootstrap.servers": s.bootstrap_servers, "client.id": s.client_id,
-                           "security.protocol": s.security_protocol.lower()}
+                           "security.protocol": s.security_protocol.lower(), "socket.nagle.disable": True}
     if s.sasl_mechanism is not None:
         cfg["sasl.mechanism"] = s.sasl_mechanism
         if s.sasl_username is not None:
@@ -70,8 +77,10 @@ def consumer_config(s: KafkaSettings) -> dict[str, Any]:
 
 
 def producer_config(s: KafkaSettings) -> dict[str, Any]:
-    """Idempotent producer, acks from every in-sync replica, Java-compatible key partitioning."""
-    cfg = common_config(s) | {"acks": "all", "enable.idempotence": True, "linger.ms": s.linger_ms,
+    """Idempotent producer, acks from every in-sync replica, Java-compatible key partitioning, ``linger.ms``
+    at most ``MAX_LINGER_MS`` (a ``producer`` entry ``linger.ms`` overrides it)."""
+    cfg = common_config(s) | {"acks": "all", "enable.idempotence": True,
+                              "linger.ms": min(s.linger_ms, MAX_LINGER_MS),
                               "batch.size": s.batch_bytes, "max.in.flight.requests.per.connection": 5,
                               "partitioner": "murmur2_random"}
     return cfg | dict(s.producer)

@@ -8,6 +8,7 @@ import uuid
 import pytest
 
 from connectors.broker import EmbeddedBroker
+from connectors.kafka import CLIENTS
 from ktstream.config import KafkaSettings
 
 
@@ -17,13 +18,23 @@ def broker():
         yield b
 
 
+@pytest.fixture(params=CLIENTS)
+def client(request) -> str:
+    """Each Kafka client (kafka.client); confluent is skipped, saying why, without the kafka-native extra."""
+    if request.param == "confluent":
+        pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed (pip install -e "
+                                                      "'.[kafka-native]'): the confluent client path is not tested")
+    return request.param
+
+
 @pytest.fixture
-def kafka_settings(broker):
-    """Settings for a fresh group on the shared broker (session timeout near 6 s: Tansu joins in ~3 s)."""
+def kafka_settings(broker, client):
+    """Settings for a fresh group on the shared broker (session timeout near 6 s: Tansu joins in ~3 s), on
+    each client."""
 
     def make(**kw) -> KafkaSettings:
         base = dict(bootstrap_servers=broker.bootstrap_servers, group_id=f"g-{uuid.uuid4().hex[:8]}",
-                    session_timeout_ms=6000, client_id="test")
+                    session_timeout_ms=6000, client_id="test", client=client)
         return KafkaSettings(**{**base, **kw})
 
     return make

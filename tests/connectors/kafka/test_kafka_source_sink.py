@@ -1,4 +1,4 @@
-"""Kafka source and sink against the real embedded broker (no mocks)."""
+"""Kafka source and sink against the real embedded broker (no mocks), on each client (kafka.client)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from connectors.kafka import KafkaSink, KafkaSource
+from connectors.kafka import output_sink_for, source_for
 from connectors.kafka.clients import consumer_config, producer_config
 from ktstream.config import KafkaSettings
 from ktstream.core import Output
@@ -14,7 +14,7 @@ from ktstream.engine.exceptions import SinkError
 
 
 def publish(settings, topic, n, learners=10):
-    sink = KafkaSink(settings)
+    sink = output_sink_for(settings)
     sink.send(Output(topic, f"u{i % learners}".encode(), f"{i}".encode()) for i in range(n))
     sink.flush(30)
     sink.close()
@@ -31,7 +31,7 @@ def consume(source, n, wait, timeout_s=30.0, max_records=1000):
 def test_keyed_records_keep_per_key_order_on_one_partition(kafka_settings, topic, wait):
     s, t = kafka_settings(), topic(4)
     publish(s, t, 200)
-    src = KafkaSource(s, topics=[t])
+    src = source_for(s, topics=[t])
     recs = consume(src, 200, wait)
     src.close()
     assert len(recs) == 200 and all(r.topic == t and r.timestamp_ms for r in recs)
@@ -48,7 +48,7 @@ def test_keyed_records_keep_per_key_order_on_one_partition(kafka_settings, topic
 def test_commit_then_resume_and_lag_from_highwater(kafka_settings, topic, wait):
     s, t = kafka_settings(), topic(1)
     publish(s, t, 50)
-    first = KafkaSource(s, topics=[t])
+    first = source_for(s, topics=[t])
     recs = consume(first, 10, wait, max_records=10)
     assert [r.offset for r in recs] == list(range(10))
     wait(lambda: (t, 0) in first.lag(), 10, step=lambda: None, message="lag")
@@ -56,7 +56,7 @@ def test_commit_then_resume_and_lag_from_highwater(kafka_settings, topic, wait):
     first.commit({(t, 0): 10})
     assert first.committed((t, 0)) == 10
     first.close()
-    second = KafkaSource(s, topics=[t])
+    second = source_for(s, topics=[t])
     recs = consume(second, 40, wait)
     second.close()
     assert recs[0].offset == 10 and recs[-1].offset == 49
@@ -68,7 +68,7 @@ def test_rebalance_callbacks_reach_plain_callables(kafka_settings, topic, wait):
     """Two members, each polling on its own thread like an engine instance."""
     s, t = kafka_settings(), topic(4)
     events = {"a": [], "b": []}
-    a, b = KafkaSource(s, topics=[t]), KafkaSource(s, topics=[t])
+    a, b = source_for(s, topics=[t]), source_for(s, topics=[t])
     for name, src in (("a", a), ("b", b)):
         src.on_assigned = lambda ps, n=name: events[n].append(("assigned", ps, threading.get_ident()))
         src.on_revoked = lambda ps, n=name: events[n].append(("revoked", ps, threading.get_ident()))
@@ -106,8 +106,9 @@ def test_rebalance_callbacks_reach_plain_callables(kafka_settings, topic, wait):
 
 
 @pytest.mark.broker
-def test_sink_failure_raises(kafka_settings, topic):
-    sink = KafkaSink(kafka_settings(), max_request_size=1024)
+def test_sink_failure_raises(kafka_settings, topic, client):
+    too_small = {"kafka-python": {"max_request_size": 1024}, "confluent": {"message.max.bytes": 1000}}[client]
+    sink = output_sink_for(kafka_settings(), **too_small)
     with pytest.raises(SinkError):
         sink.send([Output(topic(1), b"u", b"x" * 10_000)])
         sink.flush(10)
@@ -123,3 +124,42 @@ def test_client_settings_pass_security_and_extras_through():
     assert c["ssl_cafile"] == "/ca.pem" and c["fetch_min_bytes"] == 10 and not c["enable_auto_commit"]
     assert p["acks"] == "all" and p["enable_idempotence"] and p["compression_type"] == "gzip"
     assert p["sasl_mechanism"] == "SCRAM-SHA-512" and "group_id" not in p
+
+
+def test_confluent_settings_pass_security_and_extras_through():
+    pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed (the kafka-native extra)")
+    from connectors.kafka.confluent_clients import consumer_config as c_config, producer_config as p_config
+
+    s = KafkaSettings(bootstrap_servers="a:1,b:2", security_protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512",
+                      sasl_username="svc", sasl_password="pw", ssl_cafile="/ca.pem", ssl_certfile="/c.pem",
+                      ssl_keyfile="/k.pem", client="confluent", consumer={"fetch.min.bytes": 10},
+                      producer={"compression.type": "gzip"})
+    c, p = c_config(s), p_config(s)
+    assert c["bootstrap.servers"] == "a:1,b:2" and c["sasl.password"] == "pw" and c["sasl.username"] == "svc"
+    assert c["security.protocol"] == "sasl_ssl" and c["ssl.ca.location"] == "/ca.pem"
+    assert c["ssl.certificate.location"] == "/c.pem" and c["ssl.key.location"] == "/k.pem"
+    assert c["fetch.min.bytes"] == 10 and not c["enable.auto.commit"] and not c["enable.auto.offset.store"]
+    assert c["isolation.level"] == "read_committed" and c["partition.assignment.strategy"] == "cooperative-sticky"
+    assert p["acks"] == "all" and p["enable.idempotence"] and p["compression.type"] == "gzip"
+    assert p["sasl.mechanism"] == "SCRAM-SHA-512" and "group.id" not in p
+
+
+def test_confluent_client_without_the_extra_is_a_one_line_config_error(monkeypatch):
+    import builtins
+
+    from connectors.kafka.confluent_clients import MISSING
+    from ktstream.exceptions import ConfigError
+
+    real = builtins.__import__
+
+    def no_confluent(name, *args, **kwargs):
+        if name == "confluent_kafka":
+            raise ImportError("No module named 'confluent_kafka'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_confluent)
+    with pytest.raises(ConfigError) as err:
+        source_for(KafkaSettings(client="confluent"))
+    assert str(err.value) == MISSING and "\n" not in MISSING and "kafka-native" in MISSING
+    with pytest.raises(ConfigError):
+        output_sink_for(KafkaSettings(client="confluent"))

@@ -5,13 +5,14 @@ input offsets; an aborted one commits neither; a restarted producer with the
 same transactional.id aborts its predecessor's open transaction and fences it.
 ``read_partition`` returns committed records only, also on Tansu, whose fetch
 responses do not list aborted transactions (connectors/kafka/transactional.py).
+Each test runs on each client (kafka.client; conftest's ``client``).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from connectors.kafka import KafkaSource, TransactionalSink
+from connectors.kafka import source_for, transactional_sink_for
 from connectors.kafka.committed import read_partition
 from ktstream.config import StateSettings
 from ktstream.core import Output
@@ -24,7 +25,7 @@ pytestmark = pytest.mark.broker
 def test_commit_abort_restart_and_fencing(kafka_settings, topic, wait):
     s, src_topic, out = kafka_settings(), topic(1), topic(1)
     publish(s, src_topic, 9, learners=3)
-    src = KafkaSource(s, topics=[src_topic])
+    src = source_for(s, topics=[src_topic])
     recs = consume(src, 9, wait)
     tp, gm = (src_topic, 0), src.group_metadata()
     state = StateSettings(instance_id="tx-test")
@@ -32,7 +33,7 @@ def test_commit_abort_restart_and_fencing(kafka_settings, topic, wait):
     def outputs(values):
         return [Output(out, b"k", v.encode()) for v in values]
 
-    sink = TransactionalSink(s, state)
+    sink = transactional_sink_for(s, state)
     sink.begin()
     sink.send(outputs(["c0", "c1", "c2"]))
     sink.commit({tp: 3}, gm)
@@ -45,7 +46,7 @@ def test_commit_abort_restart_and_fencing(kafka_settings, topic, wait):
     sink.begin()
     sink.send(outputs(["d3"]))
     sink.producer.flush(10)  # sent, never committed: the process "dies" here
-    restarted = TransactionalSink(s, state)  # same transactional.id: aborts the open transaction, fences `sink`
+    restarted = transactional_sink_for(s, state)  # same transactional.id: aborts the open transaction, fences `sink`
     restarted.begin()
     restarted.send(outputs(["c3", "c4", "c5"]))
     restarted.commit({tp: 6}, gm)

@@ -7,7 +7,8 @@ streams the rows back as Arrow record batches, in one of two orders:
 - ``"time"``: event time, learner id, ``seq`` (absent: 0), file order; undated events last, in file order
   (``read_archive``'s order);
 - ``"learner"``: learner id, event time, ``seq``, file order (each learner's rows together, in the
-  per-learner order that ``ktstream.data.histories.group_by_learner`` gives the same records).
+  per-learner order that ``ktstream.data.histories.group_by_learner`` gives the same dated records;
+  undated ones, which histories for training never hold, come last).
 
 The time filter ``start_ms <= event_time < end_ms`` applies after the deduplication, as the record reader
 does. DuckDB keeps within ``memory_limit`` by spilling sorts and hash tables to ``temp_directory``, so
@@ -70,7 +71,8 @@ def archive_files(folder: str | Path, start_ms: int | None = None, end_ms: int |
 
 COLUMNS = ["learner_id", "event_id", "item_id", "concept_ids", "response", "event_time", "seq", "step_id"]
 ORDERS = {
-    "time": "event_time IS NULL, event_time, learner_id, coalesce(seq, 0), fidx, frow",
+    "time": "event_time IS NULL, event_time, CASE WHEN event_time IS NULL THEN '' ELSE learner_id END, "
+            "CASE WHEN event_time IS NULL THEN 0 ELSE coalesce(seq, 0) END, fidx, frow",
     "learner": "learner_id, event_time IS NULL, event_time, coalesce(seq, 0), fidx, frow",
 }
 
@@ -92,6 +94,7 @@ def connect(cfg: ScanConfig | None = None) -> duckdb.DuckDBPyConnection:
                                  "temp_directory": cfg.temp_directory or os.path.join(tempfile.gettempdir(),
                                                                                       "ktstream-duckdb"),
                                  "preserve_insertion_order": False})
+    con.execute("SET enable_progress_bar = false")
     if cfg.threads:
         con.execute(f"SET threads = {int(cfg.threads)}")
     return con

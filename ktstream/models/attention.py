@@ -291,9 +291,9 @@ class WindowAttention(nn.Module):
             return -self.slopes.view(1, H, 1, 1) * win.dist.unsqueeze(1)
         if self.position == "relative":
             top = self.bucket.shape[0] - 1
-            per_distance = self.relative[self.bucket]  # (W + 1, H)
+            per_distance = self.relative[self.bucket].T  # (H, W + 1)
             index = win.dist.long().clamp(0, top)  # masked keys may lie outside 0..W: any bucket, weight 0
-            return per_distance[index].permute(0, 3, 1, 2)
+            return per_distance[:, index].transpose(0, 1)  # keys stay the contiguous dim (a fast broadcast add)
         with torch.no_grad():  # context: distances from the first pass, detached as in AKT
             masked = scores.masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
             first = softmax_of_columns([null, masked] + ([own] if own is not None else []))

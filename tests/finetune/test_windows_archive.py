@@ -1,0 +1,73 @@
+"""Windows and training batches read from the archive in columns equal those built from its records."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from connectors.archive import ArchiveWriter
+from ktstream.data.archive_reader import read_archive
+from ktstream.data.vocab import Vocabulary
+from ktstream.exceptions import LeakageError
+from ktstream.finetune.finetune import segments
+from ktstream.finetune.stream import ArchiveTrainingData
+from ktstream.finetune.windows import assert_before, build_windows, build_windows_from_archive
+from ktstream.training.trainer import _batches
+
+
+def archived(folder, recs):
+    w = ArchiveWriter(folder, flush_records=150)  # several files per date, repeats in a later one
+    for i, r in enumerate(recs + recs[:40]):
+        w.add(("events", 0), i, r)
+    w.flush()
+    return folder
+
+
+def same_histories(a, b):
+    assert [h.learner_id for h in a] == [h.learner_id for h in b]
+    for x, y in zip(a, b):
+        for name in ("items", "concepts", "responses", "times", "step_start"):
+            np.testing.assert_array_equal(getattr(x, name), getattr(y, name), err_msg=f"{name} of {x.learner_id}")
+        assert list(x.event_ids) == list(y.event_ids)
+
+
+@pytest.mark.parametrize("with_base", [False, True])
+def test_windows_from_the_archive_equal_windows_from_its_records(tmp_path, stream, with_base):
+    recs, C, H = stream
+    folder = archived(tmp_path / "archive", recs)
+    base = (Vocabulary(["q0", "zz-unused"]), Vocabulary(["c1"])) if with_base else None
+    expected = build_windows(read_archive(folder, end_ms=C + 2 * H), C, H, base)
+    got = build_windows_from_archive(folder, C, H, base, max_events=120)
+    assert got.counts == expected.counts and got.n_categories == expected.n_categories
+    assert got.items.ids == expected.items.ids and got.concepts.ids == expected.concepts.ids
+    for name in ("train", "select", "judge"):
+        same_histories(getattr(expected, name), getattr(got, name))
+    for name in ("select_scored", "judge_scored"):
+        assert all(np.array_equal(x, y) for x, y in zip(getattr(expected, name), getattr(got, name)))
+
+
+def test_streamed_training_batches_equal_the_in_memory_ones(tmp_path, stream):
+    recs, C, H = stream
+    folder = archived(tmp_path / "archive", recs)
+    data = build_windows_from_archive(folder, C, H)
+    expected = _batches(segments(data.train, 50), 32, np.random.default_rng(0), 400)
+    source = ArchiveTrainingData(folder, C, data.items, data.concepts, segment=50, budget_events=10**9,
+                                 table_events=100)
+    got = list(source.batches(32, np.random.default_rng(0), 400))
+    assert [len(b) for b in got] == [len(b) for b in expected]
+    same_histories([h for b in expected for h in b], [h for b in got for h in b])
+
+
+def test_streamed_training_holds_every_event_before_the_cutoff_and_none_after(tmp_path, stream):
+    recs, C, H = stream
+    folder = archived(tmp_path / "archive", recs)
+    data = build_windows_from_archive(folder, C, H)
+    buffers = list(ArchiveTrainingData(folder, C, data.items, data.concepts, segment=50, budget_events=300,
+                                       table_events=100).buffers())
+    sizes = [sum(len(h) for h in b) for b in buffers]
+    longest = max(len(h) for h in data.train)
+    assert len(buffers) >= 3 and max(sizes) < 300 + longest, "a buffer passes its budget by one learner at most"
+    assert sum(sizes) == data.counts["train_events"] == sum(r["event_time"] < C for r in recs)
+    assert max(float(h.times.max()) for b in buffers for h in b) < C / 1000
+    with pytest.raises(LeakageError):  # the check each buffer passes does catch an event at C
+        assert_before([buffers[0][0].slice(0, 1)], int(buffers[0][0].times[0] * 1000))

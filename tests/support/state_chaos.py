@@ -4,7 +4,7 @@ A test harness, not part of the installed package: used by
 tests/state/test_crash_recovery.py (small) and bench/crash_recovery.py
 (the issue's figure). ``run`` publishes a simulated stream at a steady pace,
 starts ``ktstream serve`` with ``state.dir`` set (at-least-once, or exactly-once
-with ``guarantee="exactly-once"``), kills it (by its own pid) at random moments
+with ``guarantee="exactly-once"``; on the Kafka client ``client``, kafka.client), kills it (by its own pid) at random moments
 while the stream flows, restarts it on the same state directory, and finally
 stops it cleanly once every input offset has a prediction. ``check`` compares
 the outcome with an uninterrupted in-process run of the same model on the same
@@ -47,7 +47,7 @@ from ktstream.state.sqlite import SqliteStore
 
 
 def prepare(workdir: Path, bootstrap: str, n_learners: int, mean_length: int, partitions: int, seed: int = 0,
-            guarantee: str = "at-least-once", max_batch: int = 100):
+            guarantee: str = "at-least-once", max_batch: int = 100, client: str = "kafka-python"):
     recs = replay_order(simulate(n_learners=n_learners, mean_length=mean_length, seed=seed, step_prob=0.3,
                                  query_prob=0.05, start_spread_ms=60_000, n_items=50, n_concepts=8))
     items, concepts = build_vocabularies(recs)
@@ -57,7 +57,8 @@ def prepare(workdir: Path, bootstrap: str, n_learners: int, mean_length: int, pa
     serving = ServingModel(model, items, concepts, "chaos-v1")
     serving.save(workdir / "model")
     tag = workdir.name
-    cfg = {"kafka": {"bootstrap_servers": bootstrap, "group_id": f"g-{tag}", "session_timeout_ms": 6000,
+    cfg = {"kafka": {"client": client, "bootstrap_servers": bootstrap, "group_id": f"g-{tag}",
+                     "session_timeout_ms": 6000,
                      "partitions": partitions, "topics": {"events": f"{tag}.ev", "predictions": f"{tag}.pred",
                                                           "dead_letters": f"{tag}.dead"}},
            "metrics": {"port": 0}, "engine": {"max_batch": max_batch, "poll_timeout_ms": 20, "describe": False, "gc_tuning": False},
@@ -150,9 +151,11 @@ def reference(serving: ServingModel, records, settings):
 
 
 def run(workdir: Path, bootstrap: str, n_learners=200, mean_length=15, partitions=3, kills=3, feed_s=20.0,
-        seed=0, timeout_s=240.0, guarantee: str = "at-least-once", pause=(0.2, 3.0), max_batch: int = 100) -> dict:
+        seed=0, timeout_s=240.0, guarantee: str = "at-least-once", pause=(0.2, 3.0), max_batch: int = 100,
+        client: str = "kafka-python") -> dict:
     workdir.mkdir(parents=True, exist_ok=True)
-    recs, serving, s = prepare(workdir, bootstrap, n_learners, mean_length, partitions, seed, guarantee, max_batch)
+    recs, serving, s = prepare(workdir, bootstrap, n_learners, mean_length, partitions, seed, guarantee, max_batch,
+                               client)
     from connectors.kafka.admin import create_topics
     t = s.kafka.topics
     create_topics(s.kafka, [t.events, t.predictions, t.dead_letters], partitions)
@@ -220,11 +223,11 @@ def _wait(cond, deadline: float) -> None:
 
 
 def run_group(workdir: Path, bootstrap: str, n_learners=200, mean_length=15, partitions=4, feed_s=40.0,
-              seed=0, timeout_s=240.0) -> dict:
+              seed=0, timeout_s=240.0, client: str = "kafka-python") -> dict:
     """Two instances in one group: A and B; A killed (B takes its partitions); A back on its old
     directory (its stale store catches up from the changelog); both stopped once all is predicted."""
     workdir.mkdir(parents=True, exist_ok=True)
-    recs, serving, s = prepare(workdir, bootstrap, n_learners, mean_length, partitions, seed)
+    recs, serving, s = prepare(workdir, bootstrap, n_learners, mean_length, partitions, seed, client=client)
     from connectors.kafka.admin import create_topics
     t = s.kafka.topics
     create_topics(s.kafka, [t.events, t.predictions, t.dead_letters], partitions)

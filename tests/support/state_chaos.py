@@ -4,8 +4,8 @@ A test harness, not part of the installed package: used by
 tests/state/test_crash_recovery.py (small) and bench/crash_recovery.py
 (the issue's figure). ``run`` publishes a simulated stream at a steady pace,
 starts ``ktstream serve`` with ``state.dir`` set (at-least-once, or exactly-once
-with ``guarantee="exactly-once"``; on the Kafka client ``client``, kafka.client), kills it (by its own pid) at random moments
-while the stream flows, restarts it on the same state directory, and finally
+with ``guarantee="exactly-once"``; on the Kafka client ``client``, kafka.client),
+kills it (by its own pid) at random moments while the stream flows, restarts it on the same state directory, and finally
 stops it cleanly once every input offset has a prediction. ``check`` compares
 the outcome with an uninterrupted in-process run of the same model on the same
 records: every (partition, offset) predicted, nothing else, repeats only of the

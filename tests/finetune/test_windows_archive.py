@@ -71,3 +71,32 @@ def test_streamed_training_holds_every_event_before_the_cutoff_and_none_after(tm
     assert max(float(h.times.max()) for b in buffers for h in b) < C / 1000
     with pytest.raises(LeakageError):  # the check each buffer passes does catch an event at C
         assert_before([buffers[0][0].slice(0, 1)], int(buffers[0][0].times[0] * 1000))
+
+
+@pytest.mark.slow
+def test_ednet_cycles_see_the_same_windows_through_the_columnar_path(tmp_path):
+    """EdNet KT1 (the 11 learners of bench/finetune_ednet.py), archived and cut at that bench's cycle
+    cutoffs: the windows read in columns equal those built from the records, so its fine-tuning result
+    (deterministic on CPU) is the same through either path."""
+    from datetime import datetime, timezone
+
+    from connectors.datasets import iter_events
+    from tests.conftest import require_dataset
+
+    folder = tmp_path / "archive"
+    w = ArchiveWriter(folder, flush_records=20_000)
+    for offset, rec in enumerate(iter_events("ednet-kt1", require_dataset("ednet_kt1_11users"))):
+        w.add(("ednet", 0), offset, rec)
+        if w.due():
+            w.flush()
+    w.flush()
+    records = read_archive(folder)
+    day, H = 86_400_000, 14 * 86_400_000
+    c0 = int(datetime(2019, 2, 1, tzinfo=timezone.utc).timestamp() * 1000)
+    for cutoff in (c0, c0 + 5 * 28 * day, c0 + 9 * 28 * day):
+        window = [r for r in records if r["event_time"] < cutoff + 2 * H]
+        expected, got = build_windows(window, cutoff, H), build_windows_from_archive(folder, cutoff, H)
+        assert got.counts == expected.counts and got.items.ids == expected.items.ids
+        assert got.concepts.ids == expected.concepts.ids
+        for name in ("train", "select", "judge"):
+            same_histories(getattr(expected, name), getattr(got, name))

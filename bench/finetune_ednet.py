@@ -1,7 +1,9 @@
 """End-to-end fine-tuning on EdNet KT1 (11 heavy users): a service that fine-tunes vs one that never retrains.
 
 Events go through the archive (``connectors.archive.ArchiveWriter``) and are
-read back in event-time order (``ktstream.data.archive_reader``). A first model
+read back in event-time order (``ktstream.data.archive_reader``); each cycle's
+windows are read from the archive in columns (``build_windows_from_archive``, as
+the Trainer service reads them). A first model
 is trained on events before C0 (selected on [C0, C0+H), gated on [C0+H, C0+2H))
 and goes into service at C0+2H. Then every ``every`` days of event time a cycle
 runs at C_k = C0 + k * every: replay -> fine-tune (warm start) -> gate ->
@@ -36,7 +38,7 @@ from ktstream.data.histories import encode
 from ktstream.finetune.finetune import FinetuneConfig, fine_tune
 from ktstream.finetune.promotion import PromotionConfig
 from ktstream.finetune.registry import ModelRegistry
-from ktstream.finetune.windows import build_windows
+from ktstream.finetune.windows import build_windows, build_windows_from_archive
 from ktstream.finetune.scheduler import run_cycle
 from ktstream.leakage import ALL_CHECKS, GateConfig
 from ktstream.scoring.binary import auc
@@ -107,8 +109,10 @@ def main() -> None:
     cycles, cutoff = [], C0
     while cutoff + 2 * H <= end:
         cfg = FinetuneConfig(epochs=args.epochs if registry.latest() else args.initial_epochs, **ft)
-        window = [r for r in records if r["event_time"] < cutoff + 2 * H]
-        c = run_cycle(window, cutoff, H, registry, "dkt", model_kwargs, cfg, promo)
+        def windows(base, n_categories, cutoff=cutoff):  # the archive in columns, as the Trainer reads it
+            return build_windows_from_archive(out / "archive", cutoff, H, base, n_categories)
+
+        c = run_cycle(None, cutoff, H, registry, "dkt", model_kwargs, cfg, promo, windows=windows)
         cycles.append({"cutoff": day(cutoff), "in_service_from": day(cutoff + 2 * H), "effective_ms": cutoff + 2 * H,
                        "outcome": c.outcome, "name": c.name, "parent": c.parent, "seconds": round(c.seconds, 1),
                        "reasons": c.decision["reasons"], "comparison": c.decision["comparison"],

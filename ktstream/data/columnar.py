@@ -147,6 +147,24 @@ def scan_table(folder: str | Path, start_ms: int | None = None, end_ms: int | No
     return scan(folder, start_ms, end_ms, include_undated, order, cfg, columns=columns).read_all()
 
 
+def scan_log(path: str | Path, cfg: ScanConfig | None = None,
+             con: duckdb.DuckDBPyConnection | None = None) -> pa.RecordBatchReader:
+    """A canonical event log in Parquet (``ktstream convert -o FILE.parquet``) by learner, in the order
+    ``histories.group_by_learner`` gives its records (event time, absent first; ``seq``, absent 0; file
+    order), streamed as Arrow batches within ``cfg``'s memory: `learner_tables` and `encode_table` make
+    its histories without one object per event. A log is not deduplicated (it holds one record per
+    interaction)."""
+    path = Path(path)
+    if path.suffix != ".parquet":
+        raise ValueError(f"scan_log reads a Parquet event log; convert {path.name} with `ktstream convert -o "
+                         f"FILE.parquet` first")
+    cfg = cfg or ScanConfig()
+    con = con or connect(cfg)
+    sql = (f"SELECT {', '.join(COLUMNS)} FROM {_files_sql([path])} ORDER BY learner_id, coalesce(event_time, -1), "
+           f"coalesce(seq, 0), file_row_number")
+    return con.sql(sql).to_arrow_reader(cfg.batch_rows)
+
+
 def first_seen(folder: str | Path, before_ms: int, cfg: ScanConfig | None = None,
                con: duckdb.DuckDBPyConnection | None = None,
                files_end_ms: int | None = None) -> tuple[list[str], list[str]]:

@@ -127,3 +127,24 @@ def test_memory_stays_bounded_on_a_million_events(tmp_path):
     result = json.loads(out.strip().splitlines()[-1])
     assert result["positions"] == stats["events"] and result["learners"] == stats["learners"]
     assert result["growth_mb"] < 450, result
+
+
+def test_a_canonical_log_scans_into_the_histories_encode_makes(tmp_path):
+    from ktstream.data.columnar import scan_log
+    from ktstream.data.simulate import simulate
+
+    records = simulate(n_learners=30, n_items=20, n_concepts=5, mean_length=30, seed=1)
+    records[3] = {k: v for k, v in records[3].items() if k != "seq"}
+    records.append({"event_id": "late", "learner_id": records[0]["learner_id"], "item_id": "q1",
+                    "event_time": records[0]["event_time"], "seq": records[0].get("seq", 0)})  # a tie: file order
+    path = tmp_path / "log.parquet"
+    write_parquet(records, path)
+    items, concepts = build_vocabularies(records)
+    expected = encode(records, items, concepts)
+    got = [h for t in learner_tables(scan_log(path, ScanConfig(batch_rows=100)), 200)
+           for h in encode_table(t, items, concepts)]
+    assert [h.learner_id for h in got] == [h.learner_id for h in expected]
+    for a, b in zip(expected, got):
+        for name in ("items", "concepts", "responses", "times", "step_start"):
+            np.testing.assert_array_equal(getattr(a, name), getattr(b, name))
+        assert a.event_ids == b.event_ids

@@ -19,9 +19,9 @@ from tests.cli.toy import write_dkvmn
 
 ROOT = Path(__file__).resolve().parents[2]
 #: every command, and the subcommands of those that have them
-HELP = [["archive"], ["check-leakage"], ["config-reference"], ["convert"], ["demo"], ["evaluate"],
+HELP = [["archive"], ["check-leakage"], ["compare"], ["config-reference"], ["convert"], ["demo"], ["evaluate"],
         ["evaluate", "benchmark"], ["evaluate", "prequential"], ["explain"], ["replay"], ["report"], ["schema"],
-        ["serve"], ["state"], ["state", "inspect"], ["state", "export"], ["state", "import"], ["train"], ["trainer"]]
+        ["serve"], ["state"], ["study"], ["state", "inspect"], ["state", "export"], ["state", "import"], ["train"], ["trainer"]]
 
 
 def test_every_command_is_in_the_help_test():

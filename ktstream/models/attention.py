@@ -266,7 +266,7 @@ class WindowAttention(nn.Module):
         if win.log_minutes is not None:  # the seconds term: 0 where either side has no clock
             bias = bias - F.softplus(self.phi).view(1, H, 1, 1) * win.log_minutes.unsqueeze(1)
         logits = (scores + bias).masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
-        w = softmax_of_columns([null, logits] + ([own] if own is not None else []))  # (B, H, Tq, 1 + S [+ 1])
+        w = self.normalise([null, logits] + ([own] if own is not None else []))  # (B, H, Tq, 1 + S [+ 1])
         if self.relation is not None:
             assert self_kv is None, "the time-decay relation is for retrieval over past interactions only"
             w = self.relation(w, rel[0], rel[1], win)
@@ -278,6 +278,10 @@ class WindowAttention(nn.Module):
             out = out * self.router(route_in)
         return self.o(out.transpose(1, 2).reshape(B, Tq, D)), w
 
+    def normalise(self, cols: list[torch.Tensor]) -> torch.Tensor:
+        """The weights from the logit columns (null, masked keys[, own]): one softmax over them.
+        A sparse variant selects keys here, on the masked logits, before that one softmax."""
+        return softmax_of_columns(cols)
 
     def position_bias(self, win: Window, scores: torch.Tensor, null: torch.Tensor,
                       own: torch.Tensor | None) -> torch.Tensor:

@@ -29,8 +29,6 @@ of the mass over every visible key (still exactly 0 on masked keys).
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
@@ -67,9 +65,7 @@ class SparseWindowAttention(WindowAttention):
     """``WindowAttention`` with a per-query selection of visible keys before its one softmax.
 
     Built by re-classing a constructed ``WindowAttention`` (same parameters, no new ones): the
-    selection reads only the masked logits. Needs from ktstream.models.attention a hook that
-    maps the masked logits to the weights; until it exists, ``forward`` repeats
-    ``WindowAttention.forward`` with the selection inserted before the softmax.
+    selection reads only the masked logits, in ``normalise``, before the one softmax.
     """
 
     sparse_mode: str = "topk"
@@ -85,33 +81,6 @@ class SparseWindowAttention(WindowAttention):
         """Weights (B, H, Tq, 1 + S [+ 1]) from the null column, the masked key logits and the
         optional self column: the selection, then one softmax."""
         return softmax_of_columns([cols[0], self.select(cols[1]), *cols[2:]])
-
-    def forward(self, x, k, v, win, self_kv=None, route_in=None, rel=None):
-        B, Tq, D = x.shape
-        H, scale = self.heads, 1.0 / math.sqrt(self.dk)
-        q = self._heads((self.k if self.q is None else self.q)(x))  # (B, H, Tq, dk)
-        null_k, null_v = self.null_k.view(H, 1, self.dk), self.null_v.view(H, 1, self.dk)
-        null = (q * null_k).sum(-1, keepdim=True) * scale
-        own = None
-        if self_kv is not None:
-            sk, sv = self._heads(self_kv[0]), self._heads(self_kv[1])
-            own = (q * sk).sum(-1, keepdim=True) * scale
-        scores = self._scores(q, k) * scale
-        bias = self.position_bias(win, scores, null, own)
-        if win.log_minutes is not None:
-            bias = bias - F.softplus(self.phi).view(1, H, 1, 1) * win.log_minutes.unsqueeze(1)
-        logits = (scores + bias).masked_fill(~win.allowed.unsqueeze(1), NEG_INF)
-        w = self.normalise([null, logits] + ([own] if own is not None else []))  # the selection, then one softmax
-        if self.relation is not None:
-            assert self_kv is None, "the time-decay relation is for retrieval over past interactions only"
-            w = self.relation(w, rel[0], rel[1], win)
-        S = k.shape[-2]
-        out = w[..., :1] * null_v + self._weighted(w[..., 1: 1 + S], v)
-        if self_kv is not None:
-            out = out + w[..., -1:] * sv
-        if self.router is not None:
-            out = out * self.router(route_in)
-        return self.o(out.transpose(1, 2).reshape(B, Tq, D)), w
 
 
 @register

@@ -1,0 +1,79 @@
+"""`ktstream compare`: the plan is on disk before any test data is read; the table has every column and
+its numbers are the per-run figures (means over seeds); timestamped data runs the prequential protocol."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ktstream.cli import compare
+from ktstream.cli.main import main
+from tests.cli.toy import write_dkvmn
+
+TINY = ["--model-arg", "dkt.hidden=8", "--epochs", "1", "--patience", "1", "--threads", "1"]
+
+
+@pytest.fixture()
+def toy(tmp_path):
+    return write_dkvmn(tmp_path / "toy", learners=36)
+
+
+def test_plan_before_test_data_and_table_equals_runs(toy, tmp_path, monkeypatch):
+    out = tmp_path / "cmp"
+    reads = []
+    real_read_test = compare.read_test
+
+    def read_test(*a, **kw):
+        plan = json.loads((out / "plan.json").read_text())  # written before the test file is opened
+        reads.append(plan)
+        return real_read_test(*a, **kw)
+
+    monkeypatch.setattr(compare, "read_test", read_test)
+    assert main(["compare", "--models", "dkt", "--data", str(toy), "--format", "dkvmn", "--lr-grid", "0.001,0.01",
+                 "--seeds", "2", *TINY, "-o", str(out)]) == 0
+    assert len(reads) == 1
+    run_plan = reads[0]["runs"][0]
+    assert run_plan["lr"] in (0.001, 0.01) and set(run_plan["valid_by_lr"]) == {"0.001", "0.01"}
+    assert run_plan["model_config"]["hidden"] == 8
+    table = json.loads((out / "table.json").read_text())
+    assert table["columns"] == compare.COLUMNS
+    (row,) = table["rows"]
+    assert set(compare.COLUMNS) <= set(row)
+    runs = table["runs"]
+    assert [r["seed"] for r in runs] == [0, 1] and row["seeds"] == 2 and row["protocol"] == "benchmark"
+    for key in ("test_auc", "auc_first5", "accuracy", "log_loss", "random_label_auc", "cpu_minutes",
+                "serve_us_per_event"):
+        assert row[key] == pytest.approx(sum(r[key] for r in runs) / 2)
+    for r in runs:
+        assert r["lr"] == run_plan["lr"]
+        assert r["auc_overall_recomputed"] == pytest.approx(r["test_auc"], abs=1e-9)
+        assert abs(r["random_label_auc"] - 0.5) < 0.25
+        assert r["state_bytes_per_learner"] > 0 and r["serve_us_per_event"] > 0
+    md = (out / "table.md").read_text()
+    assert all(c in md.splitlines()[0] for c in compare.COLUMNS)
+    html = (out / "report.html").read_text()
+    assert 'id="comparison-table"' in html and "AUC first 5" in html
+    assert (out / "plan.json").stat().st_mtime <= (out / "table.json").stat().st_mtime
+
+
+def test_timestamped_events_run_prequential(tmp_path):
+    from ktstream.data.eventlog import write_events
+    from ktstream.data.simulate import simulate
+
+    events = tmp_path / "events.jsonl"
+    write_events(simulate(n_learners=24, mean_length=25, seed=3), events)
+    out = tmp_path / "cmp"
+    assert main(["compare", "--models", "dkt", "--data", str(events), *TINY, "-o", str(out)]) == 0
+    table = json.loads((out / "table.json").read_text())
+    (row,) = table["rows"]
+    assert row["protocol"] == "prequential" and row["seeds"] == 1
+    assert row["test_auc"] == pytest.approx(table["runs"][0]["auc_overall_recomputed"], abs=1e-9)
+
+
+def test_wrong_names_fail_before_anything_is_read(tmp_path, capsys):
+    assert main(["compare", "--models", "dtk", "--datasets", "dkvmn_statics2011", "-o", str(tmp_path / "x")]) == 2
+    assert "did you mean 'dkt'" in capsys.readouterr().err
+    assert main(["compare", "--models", "dkt", "--model-arg", "sakt.dim=8", "--datasets", "dkvmn_statics2011",
+                 "-o", str(tmp_path / "x")]) == 2
+    assert not (tmp_path / "x").exists()

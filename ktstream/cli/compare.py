@@ -228,15 +228,14 @@ def _cfg(args, seed: int, lr: float):
 
 # -- one run ----------------------------------------------------------------------------------------------
 
-def serving_cost(model, histories, batch: int = 64) -> tuple[float, float]:
-    """(microseconds per event, bytes of state per learner) of the serving path: up to ``batch`` learners
-    stepped through predict-then-update together, as the engine batches them."""
-    import torch
-
+def serving_cost(model, histories, batch: int = 64, steps: int = 500) -> tuple[float, float]:
+    """(microseconds per event, bytes of state per learner) of the serving path: the first ``steps``
+    interactions of up to ``batch`` learners stepped through predict-then-update together, as the engine
+    batches them; the state is measured at the end."""
     from ktstream.data.histories import collate
     from ktstream.models.stepwise import predict_stepwise
 
-    part = list(histories)[:batch]
+    part = [h.slice(0, steps) for h in list(histories)[:batch]]
     h = collate(part)
     model.cpu().eval()
     started = time.perf_counter()

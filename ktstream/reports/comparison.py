@@ -18,13 +18,15 @@ HEADERS = {"dataset": "data set", "protocol": "protocol", "rows": "rows", "model
            "test_auc": "AUC", "test_auc_sd": "AUC sd", "auc_first5": "AUC first 5", "accuracy": "acc.",
            "log_loss": "log loss", "random_label_auc": "AUC coin flips", "random_label_bound": "bound",
            "cpu_minutes": "CPU min", "serve_us_per_event": "µs / event", "state_bytes_per_learner": "state B"}
-NOTES = ("AUC, accuracy and log loss: test split, mean over seeds (AUC sd: standard deviation over seeds). AUC first "
-         "5: on each learner's first 5 interactions, next to AUC overall; a model much better there than overall is "
-         "suspect (the short-history anomaly that exposed published leaks). AUC coin flips: a fresh model trained "
-         "and tested on coin-flip labels (the leakage gate's random-label check); it must stay within 0.5 +/- bound. "
-         "CPU min: CPU minutes of the real-label run (training and test). µs / event: the serving path (predict then "
-         "update, 64 learners batched, CPU). state B: bytes of model state per learner. benchmark: the data set's own "
-         "splits; prequential: trained before C1, selected on [C1, C0), tested after C0.")
+NOTES = ("AUC, accuracy and log loss: test split, mean over seeds (AUC sd: standard deviation over seeds). "
+         "AUC first 5: on each learner's first 5 interactions, next to AUC overall; a model much better there than "
+         "overall is suspect (the short-history anomaly that exposed published leaks); under prequential '-' where "
+         "no test learner starts after C0. AUC coin flips: a fresh model trained and tested on coin-flip labels "
+         "(the leakage gate's random-label check); it must stay within 0.5 +/- bound. CPU min: CPU minutes of the "
+         "real-label run (training and test). µs / event: the serving path (predict then update over the first 500 "
+         "interactions of up to 64 test learners batched, CPU). state B: bytes of model state per learner after "
+         "them. benchmark: the data set's own splits; prequential: trained before C1, selected on [C1, C0), tested "
+         "after C0.")
 
 
 def comparison_section(rows: Sequence[dict[str, Any]], columns: Sequence[str], plan: dict | None = None) -> str:

@@ -64,8 +64,10 @@ def test_timestamped_events_run_prequential(tmp_path):
     events = tmp_path / "events.jsonl"
     write_events(simulate(n_learners=24, mean_length=25, seed=3), events)
     out = tmp_path / "cmp"
-    assert main(["compare", "--models", "dkt", "--data", str(events), *TINY, "-o", str(out)]) == 0
+    assert main(["compare", "--models", "dkt", "--data", str(events), "--lr-grid", "0.001,0.01", *TINY,
+                 "-o", str(out)]) == 0
     table = json.loads((out / "table.json").read_text())
+    assert set(table["plan"]["runs"][0]["valid_by_lr"]) == {"0.001", "0.01"}  # chosen on [C1, C0)
     (row,) = table["rows"]
     assert row["protocol"] == "prequential" and row["seeds"] == 1
     assert row["test_auc"] == pytest.approx(table["runs"][0]["auc_overall_recomputed"], abs=1e-9)

@@ -1,8 +1,9 @@
 """The engine end to end on the real embedded broker: Kafka in, predictions and dead letters out.
 
-One run per model family publishes valid events of many learners over several
-partitions, prediction-only events, two twin learners (one with extra
-prediction-only events) and malformed records; the engine runs as a service
+One run per model family (DKT also with the engine on the confluent client)
+publishes valid events of many learners over several partitions,
+prediction-only events, two twin learners (one with extra prediction-only
+events) and malformed records; the engine runs as a service
 (with its HTTP endpoints) until it has consumed everything; a reader collects
 both output topics. The tests then check the run's outputs.
 """
@@ -54,16 +55,21 @@ def read(source, until, timeout_s=60.0):
     return got
 
 
-@pytest.fixture(scope="module", params=["dkt", "dkvmn"])
+@pytest.fixture(scope="module", params=[("dkt", "kafka-python"), ("dkvmn", "kafka-python"), ("dkt", "confluent")],
+                ids=["dkt", "dkvmn", "dkt-confluent"])
 def run(request, broker, kit):
-    from connectors.kafka import KafkaSink, KafkaSource
+    from connectors.kafka import KafkaSink, KafkaSource, output_sink_for, source_for
 
-    name = request.param
+    name, client = request.param
+    if client == "confluent":
+        pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed (pip install -e "
+                                                      "'.[kafka-native]'): the confluent client path is not tested")
     recs = kit.stream(n_learners=40, mean_length=12, seed=11, query_prob=0.1) + twins()
     items, concepts = kit.build_vocabularies(recs)
     model = kit.tiny_model(name, items, concepts, seed=1)
     tag = f"{name}-{uuid.uuid4().hex[:6]}"
-    s = load_settings(None, kafka=dict(bootstrap_servers=broker.bootstrap_servers, group_id=f"engine-{tag}",
+    s = load_settings(None, kafka=dict(client=client, bootstrap_servers=broker.bootstrap_servers,
+                                       group_id=f"engine-{tag}",
                                        session_timeout_ms=6000, partitions=PARTITIONS,
                                        topics=dict(events=f"{tag}.ev", predictions=f"{tag}.pred",
                                                    dead_letters=f"{tag}.dead")),
@@ -80,8 +86,8 @@ def run(request, broker, kit):
     sink.flush(30)
     sink.close()
     total = len(recs) + 4
-    service = Service(s, ServingModel(model, items, concepts, "v-test"), KafkaSource(s.kafka, max_poll_records=64),
-                      KafkaSink(s.kafka))
+    service = Service(s, ServingModel(model, items, concepts, "v-test"), source_for(s.kafka, max_poll_records=64),
+                      output_sink_for(s.kafka))  # the engine on the client under test; the harness on kafka-python
     service.start(until=lambda: service.metrics.totals["consumed"] >= total)
     reader = KafkaSource(s.kafka.model_copy(update={"group_id": f"reader-{tag}"}),
                          topics=[t.predictions, t.dead_letters])

@@ -230,12 +230,12 @@ def _cfg(args, seed: int, lr: float):
 
 def serving_cost(model, histories, batch: int = 64, steps: int = 500) -> tuple[float, float]:
     """(microseconds per event, bytes of state per learner) of the serving path: the first ``steps``
-    interactions of up to ``batch`` learners stepped through predict-then-update together, as the engine
-    batches them; the state is measured at the end."""
+    interactions of the ``batch`` longest histories (little padding) stepped through predict-then-update
+    together, as the engine batches learners; the state is measured at the end."""
     from ktstream.data.histories import collate
     from ktstream.models.stepwise import predict_stepwise
 
-    part = [h.slice(0, steps) for h in list(histories)[:batch]]
+    part = [h.slice(0, steps) for h in sorted(histories, key=len, reverse=True)[:batch]]
     h = collate(part)
     model.cpu().eval()
     started = time.perf_counter()

@@ -7,8 +7,8 @@ test learners
 - with a ground truth (`ktstream.data.simulate_prerequisite`): AUC on the dependent events and the share of
   them whose top-k attention (head average, and the best single head) contains the true position, by
   distance d;
-- attention entropy (nats) and sparsity per head, over every prediction with a history: the weights on the
-  visible past renormalised to sum 1; sparsity is Hoyer's (sqrt(n) - L1/L2) / (sqrt(n) - 1), 0 uniform,
+- attention entropy (nats) and sparsity per head, over every prediction with a history among each test
+  learner's first 400 (``described_steps``): the weights on the visible past renormalised to sum 1; sparsity is Hoyer's (sqrt(n) - L1/L2) / (sqrt(n) - 1), 0 uniform,
   1 one-hot;
 - head ablation: test AUC with one head zeroed in every attention layer (`head_ablation.masked_head`)
   minus test AUC;
@@ -72,12 +72,13 @@ def hoyer(w: np.ndarray) -> float:
 
 
 @torch.inference_mode()
-def described_steps(model, histories: Sequence[LearnerHistory], batch: int = 64):
-    """Per learner, per position: (head weights (H, W), slot positions (W,)) from ``predict(describe=True)``
+def described_steps(model, histories: Sequence[LearnerHistory], batch: int = 64, steps: int = 400):
+    """Per learner, per position of its first ``steps``: (head weights (H, W), slot positions (W,)) from
+    ``predict(describe=True)``
     on the serving path (None where the model describes no attention). Every event is its own step here."""
     out = []
     for g in range(0, len(histories), batch):
-        part = list(histories[g: g + batch])
+        part = [h.slice(0, steps) for h in histories[g: g + batch]]
         h = collate(part)
         B, T = h.shape
         state = model.init_state(B)
@@ -151,7 +152,7 @@ def _alignment(model, te, steps, truth, topk: int) -> dict[str, Any]:
             b = per.setdefault(bucket_of(d), {"y": [], "p": [], "avg": [], "best": []})
             b["y"].append(int(h.responses[t] >= 1))
             b["p"].append(float(1.0 - probs[t, 0]))
-            if rows[t] is not None:
+            if t < len(rows) and rows[t] is not None:
                 heads, slots = rows[t]
                 hits = [pos in slots[np.argsort(-w)[:topk]] for w in heads]
                 avg = heads.mean(0)
@@ -207,7 +208,7 @@ def _ablation(model, te, base: float) -> list[dict]:
 def _heatmaps(model, te, truth, n: int, length: int) -> list[dict]:
     out = []
     for h in list(te)[:n]:
-        heat, _ = attention_map(model, collate([h]))
+        heat, _ = attention_map(model, collate([h.slice(0, length)]))
         marks = [(t, truth[e][0]) for t, e in enumerate(h.event_ids) if truth and e in truth and t < length]
         out.append({"learner": h.learner_id, "heat": heat[:length, : length + 1].round(4).tolist(), "truth": marks})
     return out

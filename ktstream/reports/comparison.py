@@ -24,7 +24,7 @@ NOTES = ("AUC, accuracy and log loss: test split, mean over seeds (AUC sd: stand
          "no test learner starts after C0. AUC coin flips: a fresh model trained and tested on coin-flip labels "
          "(the leakage gate's random-label check); it must stay within 0.5 +/- bound. CPU min: CPU minutes of the "
          "real-label run (training and test). µs / event: the serving path (predict then update over the first 500 "
-         "interactions of up to 64 test learners batched, CPU). state B: bytes of model state per learner after "
+         "interactions of the 64 longest test histories batched, CPU). state B: bytes of model state per learner after "
          "them. benchmark: the data set's own splits; prequential: trained before C1, selected on [C1, C0), tested "
          "after C0.")
 

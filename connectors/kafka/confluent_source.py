@@ -1,8 +1,11 @@
 """Kafka source on confluent-kafka (librdkafka): the same interface as ``KafkaSource`` (kafka-python).
 
-- Batched consume: one ``consume(num_messages, timeout)`` call per micro-batch returns up to
-  ``max_records`` messages from librdkafka's prefetch queue; each becomes one ``Record`` (the
-  engine's only per-message object), nothing else is made per message.
+- Batched consume: ``consume(num_messages, timeout=0)`` takes up to ``max_records`` messages
+  that librdkafka's fetcher thread has prefetched; only when there are none does ``poll`` wait
+  (up to the engine's poll timeout) for the first, then takes what arrived with it. A blocking
+  ``consume(num_messages, timeout)`` would hold every micro-batch until it is full or the timeout
+  passed (50 ms by default: that much latency at low rates). Each message becomes one ``Record``
+  (the engine's only per-message object), nothing else is made per message.
 - Assignment: ``cooperative-sticky`` by default (librdkafka's incremental rebalancing). The
   rebalance callbacks (``on_assign`` / ``on_revoke`` / ``on_lost``) run inside ``consume`` on the
   engine's thread; here they only queue the event (confluent-kafka applies the incremental
@@ -71,7 +74,12 @@ class ConfluentSource:
     def poll(self, timeout_s: float, max_records: int) -> list[Record]:
         consumer = self.consumer
         try:
-            messages = consumer.consume(num_messages=max_records, timeout=timeout_s)
+            messages = consumer.consume(num_messages=max_records, timeout=0)  # what is prefetched now
+            if not messages:  # wait for the first record only, then take what is there: consume(n, timeout)
+                first = consumer.poll(timeout_s)  # would hold every micro-batch until n or the timeout
+                if first is not None:
+                    messages = [first] + (consumer.consume(num_messages=max_records - 1, timeout=0)
+                                          if max_records > 1 else [])
         except self.ck.KafkaException as exc:
             raise EngineError(f"poll failed: {exc}") from exc
         out, last = [], {}

@@ -37,7 +37,16 @@ their default sizes on the same records.
    shared cores' drift: in two whole runs of one engine, SAKT's paired ratio
    was 1.86 and 1.08.
 
-    python bench/bench_engine.py                      # about 12 minutes on 2 shared cores
+3. Clients and a peer: every configuration runs on each Kafka client of --clients
+   (kafka.client: kafka-python, confluent; both by default when confluent-kafka is installed),
+   with its ratio to the same configuration on the first client, paired by round; and, when
+   quixstreams is installed (the bench extra), a Quix Streams app that keeps a running count
+   per learner in its state (RocksDB with a changelog topic) drains the same topic
+   (``quixstreams:stateful-count``), the peer a user would otherwise write.
+
+    python bench/bench_engine.py                      # about 12 minutes on 2 shared cores (one client)
+    python bench/bench_engine.py --events 20000 --repeat 2 --models dkt,dkvmn,sakt --skip-no-describe \
+        --rates 5000 --latency-repeat 1               # both clients and the Quix row (docs/performance.md)
     python bench/bench_engine.py --events 5000 --seconds 3 --repeat 1 --latency-repeat 1   # smoke run
     python bench/bench_engine.py --repeat 0 --rates 5000 --latency-repeat 3   # latency runs only
 """

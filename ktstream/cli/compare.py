@@ -230,8 +230,9 @@ def _cfg(args, seed: int, lr: float):
 
 def serving_cost(model, histories, batch: int = 64, steps: int = 500) -> tuple[float, float]:
     """(microseconds per event, bytes of state per learner) of the serving path: the first ``steps``
-    interactions of the ``batch`` longest histories (little padding) stepped through predict-then-update
-    together, as the engine batches learners; the state is measured at the end."""
+    interactions of the ``batch`` longest histories stepped through predict-then-update together, as the
+    engine batches learners; time over learners x steps (a padded slot costs what an event does, so this is
+    the cost per event of a full batch); the state is measured at the end."""
     from ktstream.data.histories import collate
     from ktstream.models.stepwise import predict_stepwise
 
@@ -241,9 +242,9 @@ def serving_cost(model, histories, batch: int = 64, steps: int = 500) -> tuple[f
     started = time.perf_counter()
     _, state = predict_stepwise(model, h)
     seconds = time.perf_counter() - started
-    events = int(h.mask.sum())
+    slots = h.mask.numel()  # every padded slot costs what an event does: a full batch's cost per event
     tensors = [v for v in _tensors(state) if v.dim() > 0 and v.shape[0] == len(part)]
-    return 1e6 * seconds / max(events, 1), sum(t.numel() * t.element_size() for t in tensors) / len(part)
+    return 1e6 * seconds / max(slots, 1), sum(t.numel() * t.element_size() for t in tensors) / len(part)
 
 
 def _tensors(state):

@@ -23,10 +23,10 @@ NOTES = ("AUC, accuracy and log loss: test split, mean over seeds (AUC sd: stand
          "overall is suspect (the short-history anomaly that exposed published leaks); under prequential '-' where "
          "no test learner starts after C0. AUC coin flips: a fresh model trained and tested on coin-flip labels "
          "(the leakage gate's random-label check); it must stay within 0.5 +/- bound. CPU min: CPU minutes of the "
-         "real-label run (training and test). µs / event: the serving path (predict then update over the first 500 "
-         "interactions of the 64 longest test histories batched, CPU). state B: bytes of model state per learner after "
-         "them. benchmark: the data set's own splits; prequential: trained before C1, selected on [C1, C0), tested "
-         "after C0.")
+         "real-label run (training and test). µs / event: the serving path, predict then update over the first 500 "
+         "interactions of the 64 longest test histories batched, per learner-step (a full batch's cost per event), "
+         "CPU. state B: bytes of model state per learner after them. benchmark: the data set's own splits; "
+         "prequential: trained before C1, selected on [C1, C0), tested after C0.")
 
 
 def comparison_section(rows: Sequence[dict[str, Any]], columns: Sequence[str], plan: dict | None = None) -> str:

@@ -13,7 +13,7 @@ their default sizes on the same records.
    the median of each round's ratio to passthrough's run of that round), and
    the CPU time per event (all threads of this process), whose ratio is what
    the throughput ratio would be on otherwise idle cores.
-   Models with a ``describe`` also run with it off (``/no-describe``).
+   Each model also runs with the extras of its predictions off (``/no-describe``).
 2. Latency: each offered rate (--rates events/s, event time stamped at
    sending) is produced by a separate process for --seconds; p50/p99 of event
    time -> prediction produced, and the throughput achieved. Every latency run
@@ -87,7 +87,7 @@ from ktstream.engine.replay import publish, replay_order  # noqa: E402
 from ktstream.service import build_engine, collector_for, tune_process  # noqa: E402
 from ktstream.engine.state_cache import StateCache  # noqa: E402
 from ktstream.engine.metrics import EngineMetrics  # noqa: E402
-from ktstream.models import KTModel, create, names  # noqa: E402
+from ktstream.models import create, names  # noqa: E402
 
 PARTITIONS = 4
 WARM_UP_S = 1.0  # latency percentiles leave out the first second of offered events
@@ -368,8 +368,7 @@ def main() -> None:
     serving = serving_models(*model_spec)
     base_configs = ["passthrough"] + list(serving)
     if not args.skip_no_describe:
-        base_configs += [f"{m}/no-describe" for m, sm in serving.items()
-                         if type(sm.model).describe is not KTModel.describe]
+        base_configs += [f"{m}/no-describe" for m in serving]
     configs = [f"{client}:{c}" for client in clients for c in base_configs]
     quix = args.quix == "yes" or (args.quix == "auto" and quix_installed())
     print(f"torch threads 1; cores visible {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f} "

@@ -32,6 +32,7 @@ from typing import Iterator
 from kafka.partitioner.default import murmur2
 
 from connectors.kafka.confluent_clients import confluent_kafka, consumer_config, generation_of
+from connectors.kafka.source import dispatch_rebalance
 from ktstream.config import KafkaSettings
 from ktstream.core import Record, TopicPartition as TP
 from ktstream.engine.exceptions import CommitError, EngineError
@@ -110,12 +111,7 @@ class ConfluentSource:
         return out
 
     def _dispatch(self) -> None:
-        while self._events:
-            kind, partitions = self._events.popleft()
-            if kind != "assigned":
-                for tp in partitions:
-                    self._next.pop(tp, None)
-            {"assigned": self.on_assigned, "revoked": self.on_revoked, "lost": self.on_lost}[kind](partitions)
+        dispatch_rebalance(self)
 
     def commit(self, offsets: dict[TP, int]) -> None:
         tps = [self.ck.TopicPartition(t, p, o) for (t, p), o in offsets.items()]

@@ -35,6 +35,17 @@ from ktstream.engine.records import ignore_partitions
 log = logging.getLogger(__name__)
 
 
+def dispatch_rebalance(source) -> None:
+    """Hand the queued rebalance events to the source's callbacks, in order, on the caller's thread;
+    a partition that is revoked or lost forgets its next offset. Shared by both clients' sources."""
+    while source._events:
+        kind, partitions = source._events.popleft()
+        if kind != "assigned":
+            for tp in partitions:
+                source._next.pop(tp, None)
+        {"assigned": source.on_assigned, "revoked": source.on_revoked, "lost": source.on_lost}[kind](partitions)
+
+
 class _Queued(ConsumerRebalanceListener):
     def __init__(self, events: deque):
         self.events = events
@@ -89,12 +100,7 @@ class KafkaSource:
         return out
 
     def _dispatch(self) -> None:
-        while self._events:
-            kind, partitions = self._events.popleft()
-            if kind != "assigned":
-                for tp in partitions:
-                    self._next.pop(tp, None)
-            {"assigned": self.on_assigned, "revoked": self.on_revoked, "lost": self.on_lost}[kind](partitions)
+        dispatch_rebalance(self)
 
     def commit(self, offsets: dict[TP, int]) -> None:
         try:

@@ -16,6 +16,6 @@ from tests.engine.test_engine_broker import (  # noqa: F401  (collected here, wi
 pytestmark = pytest.mark.broker
 
 
-@pytest.fixture(scope="module", params=["deep-irt", "atkt"])
+@pytest.fixture(scope="module", params=[("deep-irt", "kafka-python"), ("atkt", "kafka-python")], ids=["deep-irt", "atkt"])
 def run(request, broker, kit):
     return base.run.__wrapped__(request, broker, kit)

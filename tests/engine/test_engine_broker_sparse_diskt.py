@@ -16,6 +16,6 @@ from tests.engine.test_engine_broker import (  # noqa: F401  (collected here, wi
 pytestmark = pytest.mark.broker
 
 
-@pytest.fixture(scope="module", params=["sparsekt", "diskt"])
+@pytest.fixture(scope="module", params=[("sparsekt", "kafka-python"), ("diskt", "kafka-python")], ids=["sparsekt", "diskt"])
 def run(request, broker, kit):
     return base.run.__wrapped__(request, broker, kit)

@@ -11,19 +11,15 @@ both output topics. The tests then check the run's outputs.
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
-import uuid
 
 import pytest
 import torch
 
-from ktstream.config import load_settings
-from ktstream.core import Output
 from ktstream.engine.metrics import SERIES
 from ktstream.models.checkpoint import ServingModel
 from ktstream.schema import DeadLetter, Prediction
-from ktstream.service import Service
+from tests.support.broker_run import engine_settings, publish, serve
 
 pytestmark = pytest.mark.broker
 PARTITIONS = 4
@@ -47,18 +43,10 @@ def malformed(valid):
             "schema-extra": json.dumps({**good, "event_id": "extra", "colour": "blue"}).encode()}
 
 
-def read(source, until, timeout_s=60.0):
-    got = []
-    deadline = time.monotonic() + timeout_s
-    while not until(got) and time.monotonic() < deadline:
-        got.extend(source.poll(0.2, 1000))
-    return got
-
-
 @pytest.fixture(scope="module", params=[("dkt", "kafka-python"), ("dkvmn", "kafka-python"), ("dkt", "confluent")],
                 ids=["dkt", "dkvmn", "dkt-confluent"])
 def run(request, broker, kit):
-    from connectors.kafka import KafkaSink, KafkaSource, output_sink_for, source_for
+    from connectors.kafka import output_sink_for, source_for
 
     name, client = request.param
     if client == "confluent":
@@ -67,40 +55,27 @@ def run(request, broker, kit):
     recs = kit.stream(n_learners=40, mean_length=12, seed=11, query_prob=0.1) + twins()
     items, concepts = kit.build_vocabularies(recs)
     model = kit.tiny_model(name, items, concepts, seed=1)
-    tag = f"{name}-{uuid.uuid4().hex[:6]}"
-    s = load_settings(None, kafka=dict(client=client, bootstrap_servers=broker.bootstrap_servers,
-                                       group_id=f"engine-{tag}",
-                                       session_timeout_ms=6000, partitions=PARTITIONS,
-                                       topics=dict(events=f"{tag}.ev", predictions=f"{tag}.pred",
-                                                   dead_letters=f"{tag}.dead")),
-                      engine=dict(max_batch=64, max_record_bytes=2048, poll_timeout_ms=20, gc_tuning=False),
-                      metrics=dict(port=0))
+    s = engine_settings(broker, name, PARTITIONS, client=client, engine=dict(max_record_bytes=2048))
     t = s.kafka.topics
-    broker.create_topics([t.events, t.predictions, t.dead_letters], PARTITIONS)
     bad = malformed(recs[0])
-    sink = KafkaSink(s.kafka)
+    payloads = []
     for i, r in enumerate(recs):
-        sink.send([Output(t.events, r["learner_id"].encode(), json.dumps(r).encode())])
-        if i % 50 == 25:  # malformed records between valid ones
-            sink.send([Output(t.events, r["learner_id"].encode(), bad.popitem()[1])] if bad else [])
-    sink.flush(30)
-    sink.close()
-    total = len(recs) + 4
-    service = Service(s, ServingModel(model, items, concepts, "v-test"), source_for(s.kafka, max_poll_records=64),
-                      output_sink_for(s.kafka))  # the engine on the client under test; the harness on kafka-python
-    service.start(until=lambda: service.metrics.totals["consumed"] >= total)
-    reader = KafkaSource(s.kafka.model_copy(update={"group_id": f"reader-{tag}"}),
-                         topics=[t.predictions, t.dead_letters])
-    out = read(reader, lambda got: len(got) >= total)
-    out += read(reader, lambda got: False, timeout_s=1.0)  # anything beyond one output per input?
-    service.join(30)
-    base = f"http://{service.server.host}:{service.server.port}"
-    http = {path: urllib.request.urlopen(base + path).read().decode() for path in ("/metrics", "/healthz", "/readyz")}
-    service.close()
-    reader.close()
+        payloads.append((r["learner_id"].encode(), json.dumps(r).encode()))
+        if i % 50 == 25 and bad:  # malformed records between valid ones
+            payloads.append((r["learner_id"].encode(), bad.popitem()[1]))
+    publish(broker, s, payloads)
+
+    def endpoints(service):
+        base = f"http://{service.server.host}:{service.server.port}"
+        return {path: urllib.request.urlopen(base + path).read().decode() for path in ("/metrics", "/healthz", "/readyz")}
+
+    # the engine on the client under test; the harness on kafka-python
+    out, error, http = serve(s, ServingModel(model, items, concepts, "v-test"), len(payloads),
+                             topics=[t.predictions, t.dead_letters], source=source_for(s.kafka, max_poll_records=64),
+                             sink=output_sink_for(s.kafka), inspect=endpoints)
     preds = [r for r in out if r.topic == t.predictions]
     dead = [r for r in out if r.topic == t.dead_letters]
-    return dict(name=name, recs=recs, preds=preds, dead=dead, http=http, topics=t, error=service.error,
+    return dict(name=name, recs=recs, preds=preds, dead=dead, http=http, topics=t, error=error,
                 reference=kit.offline(model, recs, items, concepts))
 
 

@@ -5,18 +5,14 @@ key/value cache, laid out by the windowed layout)."""
 from __future__ import annotations
 
 import json
-import uuid
 
 import pytest
 import torch
 
-from ktstream.config import load_settings
-from ktstream.core import Output
 from ktstream.models import create
 from ktstream.models.checkpoint import ServingModel
 from ktstream.schema import Prediction
-from ktstream.service import Service
-from tests.engine.test_engine_broker import read
+from tests.support.broker_run import engine_settings, publish, serve
 
 PARTITIONS = 2
 SAKT_BASE = {"base": "sakt", "base_config": {"dim": 8, "heads": 2, "window": 6, "ffn": 16}, "bias_dim": 8}
@@ -45,36 +41,14 @@ def test_core_around_a_windowed_base_streams_as_it_replays(kit, max_batch):
 
 @pytest.fixture(scope="module", params=["cl4kt", "core", "core-sakt"])
 def run(request, broker, kit):
-    from connectors.kafka import KafkaSink, KafkaSource
-
     name = request.param
     recs = kit.stream(n_learners=20, mean_length=10, seed=12, query_prob=0.1)
     items, concepts = kit.build_vocabularies(recs)
     model = windowed_core(items, concepts) if name == "core-sakt" else kit.tiny_model(name, items, concepts, seed=1)
-    tag = f"{name}-{uuid.uuid4().hex[:6]}"
-    s = load_settings(None, kafka=dict(bootstrap_servers=broker.bootstrap_servers, group_id=f"engine-{tag}",
-                                       session_timeout_ms=6000, partitions=PARTITIONS,
-                                       topics=dict(events=f"{tag}.ev", predictions=f"{tag}.pred",
-                                                   dead_letters=f"{tag}.dead")),
-                      engine=dict(max_batch=64, max_record_bytes=2048, poll_timeout_ms=20, gc_tuning=False),
-                      metrics=dict(port=0))
-    t = s.kafka.topics
-    broker.create_topics([t.events, t.predictions, t.dead_letters], PARTITIONS)
-    sink = KafkaSink(s.kafka)
-    sink.send([Output(t.events, r["learner_id"].encode(), json.dumps(r).encode()) for r in recs])
-    sink.flush(30)
-    sink.close()
-    service = Service(s, ServingModel(model, items, concepts, "v-test"), KafkaSource(s.kafka, max_poll_records=64),
-                      KafkaSink(s.kafka))
-    service.start(until=lambda: service.metrics.totals["consumed"] >= len(recs))
-    reader = KafkaSource(s.kafka.model_copy(update={"group_id": f"reader-{tag}"}), topics=[t.predictions])
-    out = read(reader, lambda got: len(got) >= len(recs))
-    out += read(reader, lambda got: False, timeout_s=1.0)
-    service.join(30)
-    service.close()
-    reader.close()
-    return dict(name=name, recs=recs, preds=out, error=service.error,
-                reference=kit.offline(model, recs, items, concepts))
+    s = engine_settings(broker, name, PARTITIONS, engine=dict(max_record_bytes=2048))
+    publish(broker, s, [(r["learner_id"].encode(), json.dumps(r).encode()) for r in recs])
+    out, error, _ = serve(s, ServingModel(model, items, concepts, "v-test"), len(recs))
+    return dict(name=name, recs=recs, preds=out, error=error, reference=kit.offline(model, recs, items, concepts))
 
 
 @pytest.mark.broker

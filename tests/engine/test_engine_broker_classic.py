@@ -5,62 +5,29 @@ gets one prediction, equal to the offline replay of the serving path, with the f
 from __future__ import annotations
 
 import json
-import time
-import uuid
 
 import pytest
 import torch
 
-from ktstream.config import load_settings
-from ktstream.core import Output
 from ktstream.models.checkpoint import ServingModel
 from ktstream.schema import Prediction
-from ktstream.service import Service
+from tests.support.broker_run import engine_settings, publish, serve
 
 pytestmark = pytest.mark.broker
 PARTITIONS = 3
 
 
-def read(source, until, timeout_s=60.0):
-    got = []
-    deadline = time.monotonic() + timeout_s
-    while not until(got) and time.monotonic() < deadline:
-        got.extend(source.poll(0.2, 1000))
-    return got
-
-
 @pytest.fixture(scope="module", params=["bkt", "irt-pfa"])
 def run(request, broker, kit):
-    from connectors.kafka import KafkaSink, KafkaSource
-
     name = request.param
     recs = kit.stream(n_learners=30, mean_length=12, seed=13, query_prob=0.1)
     items, concepts = kit.build_vocabularies(recs)
     model = kit.tiny_model(name, items, concepts, seed=1)
-    tag = f"{name}-{uuid.uuid4().hex[:6]}"
-    s = load_settings(None, kafka=dict(bootstrap_servers=broker.bootstrap_servers, group_id=f"engine-{tag}",
-                                       session_timeout_ms=6000, partitions=PARTITIONS,
-                                       topics=dict(events=f"{tag}.ev", predictions=f"{tag}.pred",
-                                                   dead_letters=f"{tag}.dead")),
-                      engine=dict(max_batch=64, poll_timeout_ms=20, gc_tuning=False), metrics=dict(port=0))
-    t = s.kafka.topics
-    broker.create_topics([t.events, t.predictions, t.dead_letters], PARTITIONS)
-    sink = KafkaSink(s.kafka)
-    for r in recs:
-        sink.send([Output(t.events, r["learner_id"].encode(), json.dumps(r).encode())])
-    sink.flush(30)
-    sink.close()
-    service = Service(s, ServingModel(model, items, concepts, "v-test"), KafkaSource(s.kafka, max_poll_records=64),
-                      KafkaSink(s.kafka))
-    service.start(until=lambda: service.metrics.totals["consumed"] >= len(recs))
-    reader = KafkaSource(s.kafka.model_copy(update={"group_id": f"reader-{tag}"}), topics=[t.predictions])
-    out = read(reader, lambda got: len(got) >= len(recs))
-    out += read(reader, lambda got: False, timeout_s=1.0)  # anything beyond one output per input?
-    service.join(30)
-    service.close()
-    reader.close()
+    s = engine_settings(broker, name, PARTITIONS)
+    publish(broker, s, [(r["learner_id"].encode(), json.dumps(r).encode()) for r in recs])
+    out, error, _ = serve(s, ServingModel(model, items, concepts, "v-test"), len(recs))
     return dict(name=name, recs=recs, preds=[Prediction.model_validate_json(r.value) for r in out],
-                error=service.error, reference=kit.offline(model, recs, items, concepts))
+                error=error, reference=kit.offline(model, recs, items, concepts))
 
 
 def test_one_prediction_per_event_equal_to_the_offline_replay(run):

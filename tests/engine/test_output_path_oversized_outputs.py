@@ -31,6 +31,7 @@ from ktstream.service import build_engine
 from ktstream.state import MemoryStore
 from ktstream.state.changelog import changelog_topic
 from tests.state.test_store_engine import PARTS, setup
+from tests.support.list_source import ListSource
 
 CL = changelog_topic("ev")
 
@@ -96,44 +97,25 @@ class Producer:
         pass
 
 
-class Source:
-    """A consumer of the broker's input records: commits, seeks, committed offsets, changelog reads."""
+class Source(ListSource):
+    """A consumer of the broker's input records: commits, seeks (counted), changelog reads."""
 
     def __init__(self, broker):
-        self.b, self.pos = broker, None
-        self.on_assigned = self.on_revoked = self.on_lost = lambda p: None
+        super().__init__(broker.committed)
+        self.b = broker
 
-    def poll(self, timeout_s, max_records):
-        if self.pos is None:
-            tps = [("ev", p) for p in range(PARTS)]
-            self.on_assigned(tps)
-            self.pos = {tp: self.b.committed.get(tp, 0) for tp in tps}
-        out = [r for r in self.b.inputs if r.offset >= self.pos[r.tp]][:max_records]
-        for r in out:
-            self.pos[r.tp] = max(self.pos[r.tp], r.offset + 1)
-        return out
+    def records(self):
+        return self.b.inputs
 
-    def commit(self, offsets):
-        self.b.committed.update(offsets)
-
-    def committed(self, tp):
-        return self.b.committed.get(tp)
+    def partitions(self):
+        return [("ev", p) for p in range(PARTS)]
 
     def seek(self, offsets):
         self.b.seeks += 1
-        self.pos.update(offsets)
-
-    def assignment(self):
-        return set(self.pos or ())
-
-    def lag(self):
-        return {}
+        super().seek(offsets)
 
     def read_partition(self, topic, partition, start=0, **_options):
         return [r for r, _ in self.b.topics.get((topic, partition), []) if r.offset >= start]
-
-    def close(self):
-        pass
 
 
 def long_ids_learner(lid, n_events, n_concepts, id_chars, partition, first_offset, start_ms=1_700_000_000_000):

@@ -30,6 +30,7 @@ from ktstream.service import build_engine
 from ktstream.state import MemoryStore
 from ktstream.state.changelog import changelog_topic
 from tests.state.test_store_engine import PARTS, setup
+from tests.support.list_source import ListSource
 
 CL = changelog_topic("ev")
 
@@ -132,44 +133,25 @@ class Producer:
         pass
 
 
-class Source:
+class Source(ListSource):
     def __init__(self, c):
-        self.c, self.pos = c, None
-        self.on_assigned = self.on_revoked = self.on_lost = lambda p: None
+        super().__init__(c.committed)
+        self.c = c
 
-    def poll(self, timeout_s, max_records):
-        if self.pos is None:
-            tps = [("ev", p) for p in range(PARTS)]
-            self.on_assigned(tps)
-            self.pos = {tp: self.c.committed.get(tp, 0) for tp in tps}
-        out = [r for r in self.c.inputs if r.offset >= self.pos[r.tp]][:max_records]
-        for r in out:
-            self.pos[r.tp] = max(self.pos[r.tp], r.offset + 1)
-        return out
+    def records(self):
+        return self.c.inputs
+
+    def partitions(self):
+        return [("ev", p) for p in range(PARTS)]
 
     def commit(self, offsets):
         raise AssertionError("exactly-once never commits offsets outside a transaction")
 
-    def committed(self, tp):
-        return self.c.committed.get(tp)
-
     def group_metadata(self):
         return "group"
 
-    def seek(self, offsets):
-        self.pos.update(offsets)
-
-    def assignment(self):
-        return set(self.pos or ())
-
-    def lag(self):
-        return {}
-
     def read_partition(self, topic, partition, start=0, **_options):
         return self.c.read_committed(topic, partition, start)
-
-    def close(self):
-        pass
 
 
 def start(serving, c, monkeypatch, store=None):

@@ -24,6 +24,7 @@ from ktstream.state import MemoryStore, SqliteStore
 from ktstream.state.changelog import changelog_topic
 from ktstream.state.manager import StateManager
 from tests.state.test_store_engine import setup
+from tests.support.list_source import ListSource
 
 STEPS = ["process", "send", "flush", "commit", "store-write"]
 
@@ -47,37 +48,17 @@ class Broker:
                 raise Crash(step)
 
 
-class Source:
+class Source(ListSource):
     def __init__(self, broker):
-        self.b, self.pos, self.announced = broker, None, False
-        self.on_assigned = self.on_revoked = self.on_lost = lambda p: None
+        super().__init__(broker.committed)
+        self.b = broker
 
-    def poll(self, timeout_s, max_records):
-        tps = sorted({r.tp for r in self.b.inputs})
-        if not self.announced:
-            self.announced = True
-            self.on_assigned(tps)
-            self.pos = {tp: self.b.committed.get(tp, 0) for tp in tps}
-        out = [r for r in self.b.inputs if r.offset >= self.pos[r.tp]][:max_records]
-        for r in out:
-            self.pos[r.tp] = max(self.pos[r.tp], r.offset + 1)
-        return out
+    def records(self):
+        return self.b.inputs
 
     def commit(self, offsets):
         self.b.hit("commit")
-        self.b.committed.update(offsets)
-
-    def seek(self, offsets):
-        self.pos.update(offsets)
-
-    def assignment(self):
-        return set(self.pos or ())
-
-    def lag(self):
-        return {}
-
-    def close(self):
-        pass
+        super().commit(offsets)
 
 
 class Sink:

@@ -27,6 +27,7 @@ from ktstream.state import MemoryStore
 from ktstream.state.changelog import changelog_meta, changelog_topic
 from ktstream.state.manager import StateManager
 from tests.support.accounting import account
+from tests.support.list_source import ListSource
 from tests.state.test_store_engine import setup
 
 CHANGELOG = changelog_topic("ev")
@@ -53,44 +54,31 @@ class Group:
         return any(r.offset >= self.committed.get(r.tp, 0) for r in self.records[:self.visible])
 
 
-class Member:
-    """A consumer-group member that owns every partition from its join on."""
+class Member(ListSource):
+    """A consumer-group member that owns every partition from its join on; its commits are fenced once
+    the group has moved to a later generation."""
 
     def __init__(self, group: Group):
-        self.g, self.pos, self.gen = group, None, -1
-        self.on_assigned = self.on_revoked = self.on_lost = lambda p: None
+        super().__init__(group.committed)
+        self.g, self.gen = group, -1
 
-    def poll(self, timeout_s, max_records):
-        if self.pos is None:
-            self.g.generation += 1
-            self.gen = self.g.generation
-            tps = sorted({r.tp for r in self.g.records})
-            self.pos = {tp: self.g.committed.get(tp, 0) for tp in tps}
-            self.on_assigned(tps)
-        out = [r for r in self.g.records[:self.g.visible] if r.offset >= self.pos[r.tp]][:max_records]
-        for r in out:
-            self.pos[r.tp] = max(self.pos[r.tp], r.offset + 1)
-        return out
+    def records(self):
+        return self.g.records[:self.g.visible]
+
+    def partitions(self):
+        return sorted({r.tp for r in self.g.records})
+
+    def joined(self):
+        self.g.generation += 1
+        self.gen = self.g.generation
 
     def commit(self, offsets):
         if self.gen != self.g.generation:
             raise CommitError(f"generation {self.gen} is stale (the group is at {self.g.generation})")
-        self.g.committed.update(offsets)
+        super().commit(offsets)
 
     def generation(self):
         return self.gen
-
-    def seek(self, offsets):
-        self.pos.update(offsets)
-
-    def assignment(self):
-        return set(self.pos or ())
-
-    def lag(self):
-        return {}
-
-    def close(self):
-        pass
 
 
 class Sink:

@@ -260,14 +260,14 @@ def _tensors(state):
             yield from _tensors(v)
 
 
-def first_auc(model, items, concepts, protocol: str, test: list[dict], records: list[dict] | None,
-              test_from: int | None) -> tuple[float, float, list]:
+def first_auc(model, items, concepts, protocol: str, test: list[dict], served: dict | None = None
+              ) -> tuple[float, float, list]:
     """(AUC on positions 1..FIRST, AUC overall, the scored histories), predictions made as the protocol makes
-    them (benchmark: the training path over the test split; prequential: the serving path, events >= C0)."""
+    them (benchmark: the training path over the test split; prequential: the serving pass that the protocol
+    made, ``served``: its ``histories``, ``probs`` and ``scored``, events >= C0)."""
     import numpy as np
 
-    from ktstream.data.histories import collate, encode
-    from ktstream.models.stepwise import predict_stepwise
+    from ktstream.data.histories import encode
     from ktstream.scoring.binary import auc
     from ktstream.training.trainer import predict_histories, score
 
@@ -276,13 +276,7 @@ def first_auc(model, items, concepts, protocol: str, test: list[dict], records: 
         hs = encode(test, items, concepts)
         probs, scored = predict_histories(model, hs, 64, "cpu"), None
     else:
-        hs = encode(records, items, concepts)
-        probs = []
-        for g in range(0, len(hs), 256):
-            part = hs[g: g + 256]
-            served, _ = predict_stepwise(model, collate(part))
-            probs += [served[i, : len(h)].numpy() for i, h in enumerate(part)]
-        scored = [h.times * 1000.0 >= test_from for h in hs]
+        hs, probs, scored = served["histories"], served["probs"], served["scored"]
     y, p, pos = score(hs, probs, scored)
     yb, pb = (y >= 1).astype(np.int64), 1.0 - p[:, 0]
     early = pos <= FIRST
@@ -301,13 +295,12 @@ def one_run(model: str, kwargs: dict, lr: float, seed: int, args, protocol: str,
     if protocol == "benchmark":
         tr, va, te = splits["train"], splits["valid"], splits["test"]
         result = benchmark(model, tr, va, te, cfg, kwargs, artifacts)
-        c0 = None
     else:
         c1, c0 = splits["c1"], splits["c0"]
         result = prequential_time(model, splits["records"], c1, c0, cfg, kwargs, artifacts=artifacts)
     cpu_minutes = (time.process_time() - cpu) / 60
     first5, overall, hs = first_auc(artifacts["model"], artifacts["items"], artifacts["concepts"], protocol,
-                                    splits.get("test", []), splits.get("records"), c0)
+                                    splits.get("test", []), None if protocol == "benchmark" else artifacts)
     us, state_bytes = serving_cost(artifacts["model"], hs)
     if protocol == "benchmark":
         flipped = [coin_flip_labels(r, seed + i) for i, r in enumerate((tr, va, te))]

@@ -8,6 +8,13 @@ prequential_time
     select on [C1, C0) (predicted with the learner's earlier history as context),
     then pass every learner's whole stream through the serving path and score
     events at or after C0, each predicted before it is learned from.
+
+The serving pass (``serve_prequential``) predicts only what is scored: a learner's
+events before the step of its first scored event are applied without being
+predicted (a recurrent model's state after them comes from its training path, which
+by invariant 2 is the serving state within 1e-5; a windowed model applies them with
+``update``), and from that step on every event is predicted from the state at its
+step's start and then applied, all learners of a batch at once.
 """
 
 from __future__ import annotations
@@ -18,10 +25,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ktstream.data.histories import LearnerHistory, build_vocabularies, collate, encode
+from ktstream.data.histories import Histories, LearnerHistory, build_vocabularies, collate, encode
 from ktstream.exceptions import LeakageError
 from ktstream.models import create
-from ktstream.models.stepwise import predict_stepwise
+from ktstream.models.base import KTModel, State, where_state
 from ktstream.scoring.binary import summarize
 from ktstream.training.trainer import FitResult, TrainConfig, fit, predict_histories, refit as refit_model, score
 
@@ -81,7 +88,8 @@ def prequential_time(model_name: str, records: Sequence[dict], select_from_ms: i
                      cfg: TrainConfig | None = None, model_kwargs: dict | None = None,
                      serving_batch: int = 256, artifacts: dict | None = None) -> dict[str, Any]:
     """Train before ``select_from_ms``, select on [select_from_ms, test_from_ms), test after; ``artifacts``,
-    when given, receives the tested model and its vocabularies (to save a checkpoint)."""
+    when given, receives the tested model and its vocabularies (to save a checkpoint), and the encoded
+    histories with the served predictions and the scored positions (``histories``, ``probs``, ``scored``)."""
     cfg = cfg or TrainConfig()
     if any(r.get("event_time") is None for r in records):
         raise ValueError("the time-ordered protocol needs an event_time on every event; "
@@ -101,15 +109,84 @@ def prequential_time(model_name: str, records: Sequence[dict], select_from_ms: i
     model.cpu().eval()
     if artifacts is not None:
         artifacts.update(model=model, items=items, concepts=concepts)
-    probs = []
-    for g in range(0, len(everything), serving_batch):
-        part = everything[g : g + serving_batch]
-        served, _ = predict_stepwise(model, collate(part))
-        probs += [served[i, : len(h)].numpy() for i, h in enumerate(part)]
     test_scored = [h.times * 1000.0 >= test_from_ms for h in everything]
+    probs = serve_prequential(model, everything, test_scored, serving_batch)
+    if artifacts is not None:
+        artifacts.update(histories=everything, probs=probs, scored=test_scored)
     counts = {"learners": len(everything), "train_interactions": len(train_recs),
               "test_interactions": int(sum(s.sum() for s in test_scored)),
               "items": len(items) - 2, "concepts": len(concepts) - 2,
               "select_from_ms": select_from_ms, "test_from_ms": test_from_ms}
     return _result(model_name, model, fit_result, _metrics(everything, probs, test_scored), counts,
                    {"protocol": "prequential_time"})
+
+
+# -- the serving pass ---------------------------------------------------------------------------------------
+
+@torch.inference_mode()
+def serve_prequential(model: KTModel, histories: Sequence[LearnerHistory], scored: Sequence[np.ndarray],
+                      batch: int = 256, chunk: int = 2000) -> list[np.ndarray]:
+    """Serving-path probabilities (T, K) per learner at its ``scored`` positions (NaN elsewhere before the
+    first scored step), as the engine makes them: each event predicted from the learner's state at the start
+    of its step, built from the learner's earlier events only, then applied.
+
+    Per learner, ``cut`` is the start of the step of its first scored position: events before it are only
+    applied (a model that ``carries_state`` runs them through ``forward`` in windows of ``chunk`` positions
+    and keeps the final state; another applies them with ``update``), events from it on are served. Learners
+    are batched ``batch`` at a time, longest served part first."""
+    model.eval()
+    K = model.n_categories
+    out = [np.full((len(h), K), np.nan, dtype=np.float32) for h in histories]
+    cuts = {}
+    for i, (h, s) in enumerate(zip(histories, scored)):
+        first = np.flatnonzero(s)
+        if len(first):
+            cuts[i] = int(h.step_start[first[0]])
+    order = sorted(cuts, key=lambda i: len(histories[i]) - cuts[i], reverse=True)
+    for g in range(0, len(order), batch):
+        idx = order[g: g + batch]
+        before = [histories[i].slice(0, cuts[i]) for i in idx]
+        state = _applied_state(model, before, chunk)
+        served = _serve(model, collate([histories[i].slice(cuts[i], len(histories[i])) for i in idx]), state)
+        for row, i in enumerate(idx):
+            out[i][cuts[i]:] = served[row, : len(histories[i]) - cuts[i]].numpy()
+    return out
+
+
+def _applied_state(model: KTModel, before: list[LearnerHistory], chunk: int) -> State:
+    """The serving state of each learner after applying every interaction of ``before`` (rows may be empty)."""
+    state = model.init_state(len(before))
+    if max(len(h) for h in before) == 0:
+        return state
+    hist = collate(before)
+    if model.carries_state:
+        for start in range(0, hist.shape[1], chunk):  # padded positions leave a row's state as it is
+            _, state = model(hist.window(start, start + chunk), state)
+        return state
+    applied = hist.applied
+    every, some = applied.all(0).tolist(), applied.any(0).tolist()
+    for t in range(hist.shape[1]):
+        if every[t]:
+            state = model.update(state, hist.at(t))
+        elif some[t]:
+            state = where_state(applied[:, t], model.update(state, hist.at(t)), state)
+    return state
+
+
+def _serve(model: KTModel, hist: Histories, state: State) -> torch.Tensor:
+    """(B, T, K) predict-then-apply over ``hist`` from ``state``, queries of a step from its start state."""
+    B, T = hist.shape
+    out = torch.empty(B, T, model.n_categories)
+    starts = (hist.step_start == torch.arange(T)) | ~hist.mask  # padding: nothing to keep
+    applied = hist.applied
+    all_start, every, some = starts.all(0).tolist(), applied.all(0).tolist(), applied.any(0).tolist()
+    at_start = state
+    for t in range(T):
+        at_start = state if all_start[t] else where_state(starts[:, t], state, at_start)
+        query = hist.at(t)
+        out[:, t] = model.predict(at_start, query)
+        if every[t]:
+            state = model.update(state, query)
+        elif some[t]:
+            state = where_state(applied[:, t], model.update(state, query), state)
+    return out

@@ -133,11 +133,92 @@ def scan(folder: str | Path, start_ms: int | None = None, end_ms: int | None = N
     if not files:
         return pa.RecordBatchReader.from_batches(pa.schema([PARQUET_SCHEMA.field(c) for c in columns]), [])
     con = con or connect(cfg)
+    if order == "learner":
+        return _scan_by_learner(con, files, start_ms, end_ms, columns, cfg.batch_rows)
     needed = list(dict.fromkeys([*columns, "learner_id", "event_id", "event_time", "seq"]))
     sql = (f"SELECT {', '.join(columns)} FROM ({deduplicated_sql(files, start_ms, end_ms, needed)}) "
            f"ORDER BY {ORDERS[order]}")
     # a relation's reader keeps ORDER BY (DuckDB 2.0's DB-API result reader does not, without insertion order)
     return con.sql(sql).to_arrow_reader(cfg.batch_rows)
+
+
+def _scan_by_learner(con: duckdb.DuckDBPyConnection, files: Sequence[Path], start_ms: int | None,
+                     end_ms: int | None, columns: Sequence[str], batch_rows: int) -> pa.RecordBatchReader:
+    """The "learner" order with the deduplication after the sort: DuckDB sorts every row of the files
+    once (no window over (learner, event id), which cost about as much again as the sort), with two
+    64-bit hashes, of the learner id and of (learner id, event id); the repeats, which share a learner,
+    are dropped in the learner-ordered stream a run of whole learners at a time (rows with equal hashes
+    compared by their ids: a collision drops nothing), then the time filter. The same rows as
+    ``deduplicated_sql`` ordered by ``ORDERS["learner"]``."""
+    extra = [c for c in ("learner_id", "event_id", "event_time") if c not in columns]
+    sql = (f"SELECT {', '.join([*columns, *extra])}, hash(learner_id) AS _lh, hash(learner_id, event_id) AS _h, "
+           f"file_index AS _f, file_row_number AS _r FROM {_files_sql(files)} "
+           f"ORDER BY {ORDERS['learner'].replace('fidx, frow', 'file_index, file_row_number')}")
+    reader = con.sql(sql).to_arrow_reader(batch_rows)
+    schema = pa.schema([reader.schema.field(c) for c in columns])
+
+    def runs() -> Iterator[pa.RecordBatch]:
+        pending: list[pa.RecordBatch] = []
+        rows = 0
+        for batch in reader:
+            if batch.num_rows == 0:
+                continue
+            pending.append(batch)
+            rows += batch.num_rows
+            if rows < batch_rows:
+                continue
+            table = pa.Table.from_batches(pending)
+            lh = table.column("_lh").to_numpy()
+            differ = np.flatnonzero(lh != lh[-1])
+            if not len(differ):  # one learner so far (an equal hash never splits a learner): wait for its end
+                continue
+            cut = int(differ[-1]) + 1
+            yield from _distinct_in_range(table.slice(0, cut), start_ms, end_ms, columns)
+            rest = table.slice(cut)
+            pending, rows = rest.to_batches(), rest.num_rows
+        if rows:
+            yield from _distinct_in_range(pa.Table.from_batches(pending), start_ms, end_ms, columns)
+
+    return pa.RecordBatchReader.from_batches(schema, runs())
+
+
+def _distinct_in_range(table: pa.Table, start_ms: int | None, end_ms: int | None,
+                       columns: Sequence[str]) -> list[pa.RecordBatch]:
+    """Rows of whole learners with each (learner, event id)'s first copy in file order kept, then those
+    in [start_ms, end_ms) (and undated ones), in ``columns``."""
+    n = table.num_rows
+    h = table.column("_h").to_numpy()
+    ordered = np.sort(h)
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    keep = np.ones(n, bool)
+    if len(repeated):  # rows whose hash recurs: compared by (learner id, event id), the first in file order kept
+        repeated = np.unique(repeated)
+        at = np.minimum(np.searchsorted(repeated, h), len(repeated) - 1)
+        rows = np.flatnonzero(repeated[at] == h)
+        f = table.column("_f").to_numpy()[rows]
+        r = table.column("_r").to_numpy()[rows]
+        rows = rows[np.lexsort((r, f))]
+        idx = pa.array(rows)
+        seen = set()
+        for row, key in zip(rows.tolist(), zip(table.column("learner_id").take(idx).to_pylist(),
+                                               table.column("event_id").take(idx).to_pylist())):
+            if key in seen:
+                keep[row] = False  # a later copy in file order
+            seen.add(key)
+    if start_ms is not None or end_ms is not None:
+        t = table.column("event_time")
+        dated = pc.is_valid(t).to_numpy()
+        times = pc.fill_null(t, 0).to_numpy()
+        inside = np.ones(n, bool)
+        if start_ms is not None:
+            inside &= times >= start_ms
+        if end_ms is not None:
+            inside &= times < end_ms
+        keep &= ~dated | inside
+    table = table.select(list(columns))
+    if not keep.all():
+        table = table.filter(pa.array(keep))
+    return table.to_batches()
 
 
 def scan_table(folder: str | Path, start_ms: int | None = None, end_ms: int | None = None,
@@ -171,11 +252,46 @@ def first_seen(folder: str | Path, before_ms: int, cfg: ScanConfig | None = None
     """Item and concept ids of the distinct events before ``before_ms``, in the order the time-ordered
     stream first shows them (a concept list in its own order): the vocabularies' order. Repeats are
     dropped over the files of dates before ``files_end_ms`` (default ``before_ms``), as a read up to
-    ``files_end_ms`` drops them."""
+    ``files_end_ms`` drops them.
+
+    Dropping repeats only removes events, so an id's first event among all rows stays its first among the
+    distinct ones whenever that event is itself a first copy: the ids' first events are found over all
+    rows (a minimum of the event time per id, then the full order among the events at that time), and
+    only if one of them has an earlier copy in file order is the exact deduplicated query run instead."""
     files = archive_files(folder, end_ms=before_ms if files_end_ms is None else max(before_ms, files_end_ms))
     if not files:
         return [], []
     con = con or connect(cfg)
+    src = _files_sql(files)
+    rows = (f"SELECT learner_id AS l, event_id AS e, item_id, concept_ids, event_time AS t, coalesce(seq, 0) AS s, "
+            f"file_index AS f, file_row_number AS r FROM {src} WHERE event_time < {int(before_ms)}")
+    items = con.sql(
+        f"WITH ev AS ({rows}), m AS (SELECT item_id, min(t) AS t FROM ev GROUP BY item_id) "
+        f"SELECT ev.item_id AS id, l, e, t, s, f, r, 0 AS i FROM ev JOIN m USING (item_id, t) "
+        f"QUALIFY row_number() OVER (PARTITION BY ev.item_id ORDER BY l, s, f, r) = 1").to_arrow_table()
+    concepts = con.sql(
+        f"WITH ev AS (SELECT unnest(concept_ids) AS c, generate_subscripts(concept_ids, 1) AS i, l, e, t, s, f, r "
+        f"FROM ({rows})), m AS (SELECT c, min(t) AS t FROM ev GROUP BY c) "
+        f"SELECT ev.c AS id, l, e, t, s, f, r, i FROM ev JOIN m USING (c, t) "
+        f"QUALIFY row_number() OVER (PARTITION BY ev.c ORDER BY l, s, f, r, i) = 1").to_arrow_table()
+    firsts = pa.concat_tables([items, concepts.cast(items.schema)])
+    con.register("_ktstream_firsts", firsts)
+    try:
+        shadowed = con.execute(
+            f"SELECT count(*) FROM {src} p JOIN _ktstream_firsts c ON p.learner_id = c.l AND p.event_id = c.e "
+            f"WHERE p.file_index < c.f OR (p.file_index = c.f AND p.file_row_number < c.r)").fetchall()[0][0]
+    finally:
+        con.unregister("_ktstream_firsts")
+    if shadowed:
+        return _first_seen_exact(files, before_ms, con)
+    key = ["t", "l", "s", "f", "r", "i"]
+    return ([v for v in items.sort_by([(k, "ascending") for k in key]).column("id").to_pylist()],
+            [v for v in concepts.sort_by([(k, "ascending") for k in key]).column("id").to_pylist()])
+
+
+def _first_seen_exact(files: Sequence[Path], before_ms: int, con: duckdb.DuckDBPyConnection) -> tuple[list[str], list[str]]:
+    """`first_seen` over the deduplicated events (a window over every (learner, event id)): the slow way,
+    for archives where an id's first event is a repeat."""
     events = deduplicated_sql(files, end_ms=before_ms)
     key = "struct_pack(t := event_time, l := learner_id, s := coalesce(seq, 0), f := fidx, r := frow)"
     items = con.execute(f"SELECT item_id FROM ({events}) WHERE event_time IS NOT NULL GROUP BY item_id "

@@ -50,6 +50,10 @@ def archive(tmp_path_factory):
            {"event_id": "x4", "learner_id": "zz", "item_id": "q1", "event_time": t, "attributes": {"a": [1]}}]
     write_parquet(odd, day / "part-zz0.parquet")
     write_parquet([{**odd[0], "item_id": "second copy"}, odd[1]], day / "part-zz1.parquet")
+    early = root / "event_date=2019-01-04"  # a first copy before a window's start, its later copy inside
+    first = {"event_id": "x5", "learner_id": "u1", "item_id": "shadowed", "event_time": START_MS + 3 * DAY_MS + 1}
+    write_parquet([first], early / "part-zz0.parquet")
+    write_parquet([{**first, "event_time": START_MS + 3 * DAY_MS + 100}], early / "part-zz1.parquet")
     (root / "event_date=none").mkdir()
     write_parquet([{"event_id": f"n{i}", "learner_id": "u2", "item_id": "q", "seq": i} for i in (3, 1)],
                   root / "event_date=none" / "part-0.parquet")
@@ -81,10 +85,42 @@ def test_encode_table_equals_encode_in_pieces(archive):
         assert a.event_ids == b.event_ids
 
 
+@pytest.mark.parametrize("window", [(None, None, False), (None, None, True),
+                                    (START_MS + 3 * DAY_MS + 5, START_MS + 9 * DAY_MS, False)])
+def test_scan_by_learner_equals_the_record_reader_in_learner_order(archive, window):
+    """The learner order drops repeats after its sort: the same rows as the record reader (first copy
+    in file order, before the time filter: x5's first copy falls before the window, so x5 is gone)."""
+    expected = sorted(reference_read_archive(archive, *window),
+                      key=lambda r: (r["learner_id"], r.get("event_time") is None, r.get("event_time") or 0,
+                                     r.get("seq", 0)))  # stable: ties stay in file order
+    got = scan_table(archive, *window, order="learner", cfg=ScanConfig(batch_rows=1000))
+    cols = ["learner_id", "event_id", "item_id", "event_time"]
+    assert got.select(cols).to_pylist() == [{c: r.get(c) for c in cols} for r in expected] and len(expected) > 1000
+    assert (window[0] is None) == ("x5" in got.column("event_id").to_pylist())
+
+
 def test_first_seen_is_the_vocabularies_order(archive):
     cutoff = START_MS + 20 * DAY_MS
     items, concepts = build_vocabularies(r for r in reference_read_archive(archive, end_ms=cutoff))
     assert first_seen(archive, cutoff) == (items.ids, concepts.ids)
+
+
+@pytest.mark.parametrize("shadowed", [False, True])
+def test_first_seen_takes_the_exact_query_only_when_a_first_event_is_a_repeat(archive, tmp_path, monkeypatch, shadowed):
+    """Ids' first events are found over all rows; an id whose first event has an earlier copy in file
+    order (x1's second copy brings the item "second copy") sends the call to the deduplicated query."""
+    import ktstream.data.columnar as columnar
+
+    folder = archive if shadowed else tmp_path
+    if not shadowed:  # repeats with equal copies only (the archiver's): the fast path holds
+        write_synthetic_archive(folder, 20_000, seed=7, days=30, n_items=200, n_concepts=20, duplicate_rate=0.01)
+    cutoff = START_MS + 20 * DAY_MS
+    calls = []
+    exact = columnar._first_seen_exact
+    monkeypatch.setattr(columnar, "_first_seen_exact", lambda *a: calls.append(1) or exact(*a))
+    items, concepts = build_vocabularies(r for r in reference_read_archive(folder, end_ms=cutoff))
+    assert first_seen(folder, cutoff) == (items.ids, concepts.ids) and len(items.ids) > 100
+    assert len(calls) == int(shadowed)
 
 
 def test_scan_streams_in_batches_of_the_configured_size(archive):

@@ -17,7 +17,8 @@ test learners
   a GPU, else the process's peak RSS so far (monotonic: read it as an upper bound).
 
 `summarize_study` gives mean and standard deviation over seeds and a paired t-test over seeds for every
-(recurrent, attention) pair of families on test AUC and on dependent-event AUC.
+(recurrent, attention) pair of families on test AUC and on dependent-event AUC, and one for recurrence
+against attention as families (per seed, the mean over each side's families).
 """
 
 from __future__ import annotations
@@ -256,7 +257,28 @@ def summarize_study(runs: list[dict]) -> dict[str, Any]:
                 if all(ra[s].get(key) is not None and rb[s].get(key) is not None for s in seeds):
                     tests.append({"a": a, "b": b, "metric": key,
                                   **paired_t([ra[s][key] for s in seeds], [rb[s][key] for s in seeds])})
+    tests += _pooled_tests(runs, fams)
     return {"families": rows, "paired_tests": tests}
+
+
+def _pooled_tests(runs: list[dict], fams: list[str]) -> list[dict]:
+    """Recurrence against attention as families: per seed, the mean over the recurrent families minus the
+    mean over the attention families, paired over the seeds every family ran (only where a side has more
+    than one family; with one each it is the pairwise test above)."""
+    rec, att = [f for f in fams if f in RECURRENT], [f for f in fams if f not in RECURRENT]
+    if not rec or not att or len(rec) + len(att) < 3:
+        return []
+    by = {(r["family"], r["seed"]): r for r in runs}
+    seeds = sorted(set.intersection(*({s for f2, s in by if f2 == f} for f in fams)))
+    out = []
+    for key in ("test_auc", "dependent_auc"):
+        if not all(by[f, s].get(key) is not None for f in fams for s in seeds):
+            continue
+        a = [statistics.fmean(by[f, s][key] for f in rec) for s in seeds]
+        b = [statistics.fmean(by[f, s][key] for f in att) for s in seeds]
+        out.append({"a": f"recurrent ({', '.join(rec)})", "b": f"attention ({', '.join(att)})", "metric": key,
+                    **paired_t(a, b)})
+    return out
 
 
 def study(families: Sequence[str], kwargs: dict[str, dict], splits_of_seed, seeds: Sequence[int],

@@ -71,3 +71,15 @@ def test_paired_t_and_hoyer():
     assert np.isnan(paired_t([0.7], [0.6])["p"])
     assert hoyer(np.array([0.0, 1.0, 0.0])) == pytest.approx(1.0)
     assert hoyer(np.full(5, 0.2)) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_pooled_test_pairs_family_means_per_seed():
+    from ktstream.evaluation.attention_study import summarize_study
+
+    auc = {("dkt", 0): 0.70, ("dkt", 1): 0.72, ("dkt", 2): 0.71, ("sakt", 0): 0.60, ("sakt", 1): 0.64,
+           ("sakt", 2): 0.61, ("akt", 0): 0.62, ("akt", 1): 0.60, ("akt", 2): 0.63}
+    runs = [{"family": f, "seed": s, "kind": "x", "test_auc": a, "parameters": 1} for (f, s), a in auc.items()]
+    (pooled,) = [t for t in summarize_study(runs)["paired_tests"] if t["a"].startswith("recurrent")]
+    assert pooled["b"] == "attention (sakt, akt)" and pooled["n"] == 3
+    expected = paired_t([0.70, 0.72, 0.71], [0.61, 0.62, 0.62])
+    assert pooled["mean_diff"] == pytest.approx(expected["mean_diff"]) and pooled["p"] == pytest.approx(expected["p"])

@@ -10,13 +10,10 @@ import torch
 from ktstream.leakage import GateConfig, GateData, run_gate
 from ktstream.models import create, family, names
 from ktstream.training.trainer import TrainConfig, fit
-from tests.conftest import random_learner, require_dataset
 from tests.leakage.leaky_models import LEAKY_MODELS, expanded_rows_data
-from tests.leakage.realdata import akt_slice
+from tests.leakage.caught import MODEL_CHECKS, assert_caught
+from tests.leakage.conftest import N_CONCEPTS, N_ITEMS
 
-MODEL_CHECKS = ("future_perturbation", "current_label_flip", "batch_independence", "serving_equivalence",
-                "attention_masking")  # path_equivalence has tests of its own (test_paths.py)
-N_ITEMS, N_CONCEPTS = 30, 12
 
 # fixture -> the checks that must fail on it (each one catches it on its own)
 CAUGHT_BY = {
@@ -38,22 +35,11 @@ ON_THE_CI_SLICE = {
 }
 
 
-@pytest.fixture(scope="module")
-def random_learners():
-    rng = np.random.default_rng(0)
-    return [random_learner(rng, n, N_ITEMS, N_CONCEPTS, 2, learner_id=f"u{i}")
-            for i, n in enumerate([30, 5, 22, 40, 2, 33])]
-
-
 @pytest.mark.parametrize("fixture", sorted(CAUGHT_BY))
 def test_leaky_model_fails_the_gate(fixture, random_learners):
     torch.manual_seed(0)
     model = LEAKY_MODELS[fixture](N_ITEMS, N_CONCEPTS)
-    report = run_gate(model, random_learners, GateConfig(checks=MODEL_CHECKS, max_length=40))
-    assert not report.passed, report.table()
-    for check in CAUGHT_BY[fixture]:
-        assert report[check].status == "fail", f"{fixture} not caught by {check}:\n{report.table()}"
-        assert report[check].figure is None or report[check].figure > report[check].bound
+    assert_caught(model, random_learners, CAUGHT_BY[fixture], fixture)
 
 
 @pytest.mark.parametrize("precision", ["fp64", "fp32"])
@@ -117,12 +103,6 @@ def test_the_same_questions_merged_pass_random_labels():
 # the defaults otherwise (8 learners, 4 positions); probe histories of 60..81 positions cross the tiny models'
 # receptive fields (at most 16) and the path chunk (16) several times, and keep the run quick
 CI_CONFIG = dict(random_label_epochs=2, max_length=60)
-
-
-@pytest.fixture(scope="module")
-def real_slice():
-    pytest.importorskip("connectors.datasets.akt")
-    return akt_slice(require_dataset("assist2009_akt_pid"))
 
 
 @pytest.mark.parametrize("name", names())

@@ -3,16 +3,14 @@ fails the leakage gate; the registered causal family passes the same checks on t
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from ktstream.leakage import GateConfig, run_gate
 from ktstream.models import create, family
-from tests.conftest import random_learner, require_dataset
 from tests.leakage.leaky_atkt import OriginalATKT
-from tests.leakage.realdata import akt_slice
-from tests.leakage.test_gate import MODEL_CHECKS, N_CONCEPTS, N_ITEMS
+from tests.leakage.caught import MODEL_CHECKS, assert_caught
+from tests.leakage.conftest import N_CONCEPTS, N_ITEMS
 
 TINY = family("atkt").tiny_config
 
@@ -21,21 +19,10 @@ TINY = family("atkt").tiny_config
 CAUGHT_BY = ["future_perturbation", "current_label_flip", "serving_equivalence"]
 
 
-@pytest.fixture(scope="module")
-def random_learners():
-    rng = np.random.default_rng(0)
-    return [random_learner(rng, n, N_ITEMS, N_CONCEPTS, 2, learner_id=f"u{i}")
-            for i, n in enumerate([30, 5, 22, 40, 2, 33])]
-
-
 def test_original_atkt_fails_the_gate(random_learners):
     torch.manual_seed(0)
     model = OriginalATKT(N_ITEMS, N_CONCEPTS, **TINY)
-    report = run_gate(model, random_learners, GateConfig(checks=MODEL_CHECKS, max_length=40))
-    assert not report.passed, report.table()
-    for check in CAUGHT_BY:
-        assert report[check].status == "fail", f"original ATKT not caught by {check}:\n{report.table()}"
-        assert report[check].figure > report[check].bound
+    report = assert_caught(model, random_learners, CAUGHT_BY, "original ATKT")
     cases = report["future_perturbation"].extras["per_case"]
     assert all(v > 0 for v in cases.values()), cases  # later responses alone move it, not only the cut
 
@@ -48,9 +35,9 @@ def test_causal_atkt_passes_the_same_checks(random_learners):
     assert report["attention_masking"].status == "pass"
 
 
-def test_original_atkt_fails_on_the_ci_slice():
+def test_original_atkt_fails_on_the_ci_slice(real_slice):
     pytest.importorskip("connectors.datasets.akt")
-    data = akt_slice(require_dataset("assist2009_akt_pid"))
+    data = real_slice
     torch.manual_seed(0)
     model = OriginalATKT(data.n_items, data.n_concepts, **TINY)
     report = run_gate(model, data, GateConfig(checks=("future_perturbation",), max_length=60))

@@ -4,21 +4,17 @@ registered tiny config wraps DKT, which test_gate.py runs) passes every check on
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from ktstream.leakage import GateConfig, GateData, run_gate
 from ktstream.models import create, family
 from ktstream.training.trainer import TrainConfig, fit
-from tests.conftest import random_learner, require_dataset
 from tests.leakage.leaky_cl4kt_core import LEAKY_VARIANTS
-from tests.leakage.realdata import akt_slice
+from tests.leakage.caught import MODEL_CHECKS, assert_caught
+from tests.leakage.conftest import N_CONCEPTS, N_ITEMS
 from tests.leakage.test_gate import CI_CONFIG
 
-MODEL_CHECKS = ("future_perturbation", "current_label_flip", "batch_independence", "serving_equivalence",
-                "attention_masking")
-N_ITEMS, N_CONCEPTS = 30, 12
 
 CAUGHT_BY = {
     "permuted_training_cl4kt": ["future_perturbation"],  # t itself never precedes t: no label flip shows
@@ -27,32 +23,22 @@ CAUGHT_BY = {
 HONEST = {"permuted_training_cl4kt": "cl4kt", "response_bias_core": "core"}
 
 
-@pytest.fixture(scope="module")
-def learners():
-    rng = np.random.default_rng(0)
-    return [random_learner(rng, n, N_ITEMS, N_CONCEPTS, 2, learner_id=f"u{i}")
-            for i, n in enumerate([30, 5, 22, 40, 2, 33])]
-
-
 @pytest.mark.parametrize("fixture", sorted(CAUGHT_BY))
-def test_leaky_variant_fails_the_gate_and_its_honest_family_passes(fixture, learners):
+def test_leaky_variant_fails_the_gate_and_its_honest_family_passes(fixture, random_learners):
     name = HONEST[fixture]
     torch.manual_seed(0)
     leaky = LEAKY_VARIANTS[fixture](N_ITEMS, N_CONCEPTS, **family(name).tiny_config)
-    report = run_gate(leaky, learners, GateConfig(checks=MODEL_CHECKS, max_length=40))
-    assert not report.passed, report.table()
-    for check in CAUGHT_BY[fixture]:
-        assert report[check].status == "fail", f"{fixture} not caught by {check}:\n{report.table()}"
+    assert_caught(leaky, random_learners, CAUGHT_BY[fixture], fixture)
     torch.manual_seed(0)
     honest = create(name, n_items=N_ITEMS, n_concepts=N_CONCEPTS, **family(name).tiny_config)
-    report = run_gate(honest, learners, GateConfig(checks=MODEL_CHECKS, max_length=40))
+    report = run_gate(honest, random_learners, GateConfig(checks=MODEL_CHECKS, max_length=40))
     assert report.passed, report.table()
 
 
 @pytest.mark.parametrize("base", ["sakt", "simplekt"])
-def test_core_around_a_windowed_base_passes_every_check_on_real_data(base):
+def test_core_around_a_windowed_base_passes_every_check_on_real_data(base, real_slice):
     pytest.importorskip("connectors.datasets.akt")
-    data = akt_slice(require_dataset("assist2009_akt_pid"))
+    data = real_slice
     torch.manual_seed(0)
     model = create("core", n_items=data.n_items, n_concepts=data.n_concepts, base=base,
                    base_config=family(base).tiny_config, bias_dim=8, bias_hidden=8)

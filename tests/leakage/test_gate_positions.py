@@ -13,16 +13,8 @@ from ktstream.leakage import GateConfig, GateData, run_gate
 from ktstream.models import create, family
 from ktstream.models.attention import POSITIONS
 from ktstream.training.trainer import TrainConfig, fit
-from tests.conftest import require_dataset
-from tests.leakage.realdata import akt_slice
 
 CI_CONFIG = dict(random_label_epochs=2, max_length=60)  # as test_gate.py's real-data test
-
-
-@pytest.fixture(scope="module")
-def real_slice():
-    pytest.importorskip("connectors.datasets.akt")
-    return akt_slice(require_dataset("assist2009_akt_pid"))
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ gates. The leakage gate passes the MoH variant of every attention family on real
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
@@ -19,14 +18,11 @@ from ktstream.models import create, family
 from ktstream.models.attention import HeadRouter
 from ktstream.models.stepwise import predict_stepwise
 from ktstream.training.trainer import TrainConfig, fit
-from tests.conftest import random_learner, require_dataset
 from tests.leakage.leaky_routing import MOH, pooled_router_model
-from tests.leakage.realdata import akt_slice
+from tests.leakage.caught import MODEL_CHECKS, assert_caught
 
 FAMILIES = ["sakt", "simplekt", "akt"]
 N_ITEMS, N_CONCEPTS, W = 30, 12, 8
-MODEL_CHECKS = ("future_perturbation", "current_label_flip", "batch_independence", "serving_equivalence",
-                "attention_masking")
 
 
 def moh(name: str, seed: int = 0, **options):
@@ -119,7 +115,7 @@ def test_serving_gates_are_the_training_gates_of_the_query_alone(name, make_hist
         assert torch.allclose(full["route_gates"][real], trained[real, :, t, 0], atol=1e-6)
 
 
-def test_a_pooled_router_is_caught(make_histories):
+def test_a_pooled_router_is_caught(make_histories, random_learners):
     """The same checks on a router fed the sequence mean: the gates at t move with the future, and the
     gate's future_perturbation and serving_equivalence fail."""
     torch.manual_seed(0)
@@ -127,19 +123,8 @@ def test_a_pooled_router_is_caught(make_histories):
     _, hist = make_histories([3 * W, 2 * W], N_ITEMS, N_CONCEPTS, 2, seed=41)
     at, _ = moved_at(model, hist, W, "future")
     assert at > 1e-4, f"the pooled router's gates did not move ({at:.2e})"
-    rng = np.random.default_rng(0)
-    learners = [random_learner(rng, n, N_ITEMS, N_CONCEPTS, 2, learner_id=f"u{i}")
-                for i, n in enumerate([30, 5, 22, 40, 2, 33])]
-    report = run_gate(model, learners, GateConfig(checks=("future_perturbation", "serving_equivalence"),
-                                                  max_length=60))
-    for check in ("future_perturbation", "serving_equivalence"):
-        assert report[check].status == "fail", report.table()
-
-
-@pytest.fixture(scope="module")
-def real_slice():
-    pytest.importorskip("connectors.datasets.akt")
-    return akt_slice(require_dataset("assist2009_akt_pid"))
+    checks = ("future_perturbation", "serving_equivalence")
+    assert_caught(model, random_learners, checks, "the pooled router", gate_checks=checks, max_length=60)
 
 
 @pytest.mark.parametrize("name", FAMILIES)

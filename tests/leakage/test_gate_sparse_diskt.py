@@ -4,20 +4,16 @@ random learners with steps and clocks, and the real-data slice (ASSISTments 2009
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
 from ktstream.leakage import GateConfig, run_gate
 from ktstream.models import create, family
-from tests.conftest import random_learner, require_dataset
 from tests.leakage.leaky_diskt import LeakyDisKT
 from tests.leakage.leaky_sparsekt import LeakySparseKT
-from tests.leakage.realdata import akt_slice
+from tests.leakage.caught import MODEL_CHECKS, assert_caught
+from tests.leakage.conftest import N_CONCEPTS, N_ITEMS
 
-MODEL_CHECKS = ("future_perturbation", "current_label_flip", "batch_independence", "serving_equivalence",
-                "attention_masking")
-N_ITEMS, N_CONCEPTS = 30, 12
 
 # fixture -> (honest family, the checks that must fail on it; each catches it on its own)
 FIXTURES = {
@@ -27,19 +23,6 @@ FIXTURES = {
 # the checks the fixtures must fail on the real-data slice too (no steps, no clocks there: the probe
 # synthesises them)
 ON_REAL_DATA = ("attention_masking", "future_perturbation")
-
-
-@pytest.fixture(scope="module")
-def random_learners():
-    rng = np.random.default_rng(0)
-    return [random_learner(rng, n, N_ITEMS, N_CONCEPTS, 2, learner_id=f"u{i}")
-            for i, n in enumerate([30, 5, 22, 40, 2, 33])]
-
-
-@pytest.fixture(scope="module")
-def real_slice():
-    pytest.importorskip("connectors.datasets.akt")
-    return akt_slice(require_dataset("assist2009_akt_pid"))
 
 
 def _leaky(fixture: str, n_items: int, n_concepts: int):
@@ -55,12 +38,7 @@ def _honest(name: str, n_items: int, n_concepts: int, **options):
 
 @pytest.mark.parametrize("fixture", sorted(FIXTURES))
 def test_published_version_fails_the_gate(fixture, random_learners):
-    report = run_gate(_leaky(fixture, N_ITEMS, N_CONCEPTS), random_learners,
-                      GateConfig(checks=MODEL_CHECKS, max_length=40))
-    assert not report.passed, report.table()
-    for check in FIXTURES[fixture][2]:
-        assert report[check].status == "fail", f"{fixture} not caught by {check}:\n{report.table()}"
-        assert report[check].figure is None or report[check].figure > report[check].bound
+    assert_caught(_leaky(fixture, N_ITEMS, N_CONCEPTS), random_learners, FIXTURES[fixture][2], fixture)
 
 
 @pytest.mark.parametrize("name, options", [("sparsekt", {}), ("sparsekt", {"sparse": "soft", "threshold": 0.5}),

@@ -10,11 +10,17 @@ included: it runs in the process):
   (< C) encoded as arrays, table by table;
 - batches: the training window as the trainer sees it (``ArchiveTrainingData``: segments of 200, buffers
   of ``--budget`` positions, batches of 1,600 positions, each collated into tensors);
-- epoch (``--epoch``): one fine-tuning epoch of DKT on CPU over those batches.
+- epoch (``--epoch``): one fine-tuning epoch of DKT (its default configuration) on CPU over those batches,
+  with ``--torch-threads`` threads;
+- floor (``--floor``): DuckDB's own ORDER BY of the same rows and columns, no deduplication: what the
+  scan stage cannot go below while DuckDB sorts the archive.
 
-C is day 300 of the archive's 365. Usage::
+C is day 300 of the archive's 365. Every stage reports its wall time and its process's CPU time (user +
+system, DuckDB's threads included), from after its imports, and the load average when it ends: on a
+shared machine events per CPU-second is the figure that compares. Usage::
 
-    python bench/archive_scale.py --events 10000000 --epoch
+    python bench/archive_scale.py --events 10000000 --floor
+    python bench/archive_scale.py --events 1000000 --epoch
     python bench/archive_scale.py --events 100000000
 Writes runs/archive_scale/<events>.json.
 """
@@ -31,18 +37,23 @@ import time
 from pathlib import Path
 
 DAY_MS = 86_400_000
-STAGES = ("generate", "scan", "windows", "batches", "epoch")
+STAGES = ("generate", "floor", "scan", "windows", "batches", "epoch")
 
 
 def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def scan_config(args):
     from ktstream.data.columnar import ScanConfig
 
     return ScanConfig(memory_limit=args.memory_limit, threads=args.threads,
-                      temp_directory=str(Path(args.folder).parent / "h9_duckdb_tmp"))
+                      temp_directory=str(Path(args.folder).parent / (Path(args.folder).name + "-duckdb-tmp")))
 
 
 def cutoff_ms() -> int:
@@ -59,22 +70,31 @@ def vocabularies(args):
 
 
 def stage(args) -> dict:
+    import numpy as np
+    import torch
+
+    from ktstream.data.columnar import COLUMNS, ORDERS, _files_sql, archive_files, connect, encode_table, \
+        learner_tables, scan
+    from ktstream.data.histories import collate
+    from ktstream.data.synthetic_archive import write_synthetic_archive
+    from ktstream.finetune.finetune import FinetuneConfig
+    from ktstream.finetune.stream import ArchiveTrainingData
+    from ktstream.models import create
+    from ktstream.training.trainer import _train_epoch
+
     started = time.time()
     if args.stage == "generate":
-        from ktstream.data.synthetic_archive import write_synthetic_archive
-
         out = write_synthetic_archive(args.folder, args.events, seed=0)
         return {"events": out["rows"], **out, "seconds": time.time() - started}
+    if args.stage == "floor":
+        sql = (f"SELECT {', '.join(COLUMNS)} FROM {_files_sql(archive_files(args.folder))} "
+               f"ORDER BY {ORDERS['learner'].replace('fidx, frow', 'file_index, file_row_number')}")
+        rows = sum(b.num_rows for b in connect(scan_config(args)).sql(sql).to_arrow_reader(262_144))
+        return {"events": rows, "seconds": time.time() - started}
     if args.stage == "scan":
-        from ktstream.data.columnar import scan
-
         rows = sum(b.num_rows for b in scan(args.folder, order="learner", cfg=scan_config(args)))
         return {"events": rows, "seconds": time.time() - started}
     if args.stage == "windows":
-        import numpy as np
-
-        from ktstream.data.columnar import connect, encode_table, learner_tables, scan
-
         items, concepts = vocabularies(args)
         vocab_s = time.time() - started
         cfg = scan_config(args)
@@ -86,11 +106,6 @@ def stage(args) -> dict:
                 positions += int(np.searchsorted(h.times, cutoff_ms() / 1000.0, side="left"))
         return {"events": positions, "learners": learners, "items": len(items) - 2, "vocab_seconds": vocab_s,
                 "seconds": time.time() - started}
-    from ktstream.data.histories import collate
-    from ktstream.finetune.stream import ArchiveTrainingData
-
-    import numpy as np
-
     items, concepts = vocabularies(args)
     data = ArchiveTrainingData(args.folder, cutoff_ms(), items, concepts, segment=200, budget_events=args.budget,
                                cfg=scan_config(args))
@@ -101,14 +116,8 @@ def stage(args) -> dict:
             n_batches += 1
             positions += int(batch.mask.sum())
         return {"events": positions, "batches": n_batches, "seconds": time.time() - started}
-    import torch
-
-    from ktstream.finetune.finetune import FinetuneConfig
-    from ktstream.models import create
-    from ktstream.training.trainer import _train_epoch
-
     torch.manual_seed(0)
-    torch.set_num_threads(args.threads or os.cpu_count())
+    torch.set_num_threads(args.torch_threads)
     model = create("dkt", n_items=len(items), n_concepts=len(concepts), n_categories=2)
     cfg = FinetuneConfig(epochs=1, device="cpu", progress=False).train_config()
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr)
@@ -125,18 +134,25 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="DuckDB's threads (default: one per core)")
     parser.add_argument("--budget", type=int, default=2_000_000, help="training positions held per buffer")
     parser.add_argument("--epoch", action="store_true", help="also one fine-tuning epoch (DKT, CPU)")
+    parser.add_argument("--torch-threads", type=int, default=1, help="torch's threads in the epoch stage")
+    parser.add_argument("--floor", action="store_true", help="also DuckDB's ORDER BY alone (no deduplication)")
+    parser.add_argument("--only", nargs="+", choices=STAGES, help="run these stages only")
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--out", default="runs/archive_scale")
     args = parser.parse_args()
     args.folder = args.folder or f"/tmp/ktstream-archive-{args.events}"
     if args.stage:  # one stage, in this process: its figures as one JSON line
+        cpu = cpu_seconds()
         result = stage(args)
-        print(json.dumps({**result, "peak_rss_mb": peak_rss_mb()}))
+        print(json.dumps({**result, "cpu_seconds": cpu_seconds() - cpu, "peak_rss_mb": peak_rss_mb(),
+                          "load_average": os.getloadavg()[0]}))
         return
     results = {}
-    todo = [s for s in STAGES if s != "epoch" or args.epoch]
+    todo = [s for s in STAGES if (s != "epoch" or args.epoch) and (s != "floor" or args.floor)]
     if Path(args.folder).exists():
         todo.remove("generate")
+    if args.only:
+        todo = [s for s in todo if s in args.only]
     cores = args.threads or os.cpu_count()
     for name in todo:
         cmd = [sys.executable, __file__, "--stage", name, *sys.argv[1:]]
@@ -144,11 +160,17 @@ def main() -> None:
         r = json.loads(out)
         r["events_per_s"] = r["events"] / r["seconds"]
         r["events_per_s_per_core"] = r["events_per_s"] / cores
+        r["events_per_cpu_second"] = r["events"] / max(r["cpu_seconds"], 1e-9)
         results[name] = r
         print(f"{name:9s} {r['events']:>12,} events {r['seconds']:8.1f} s {r['events_per_s']:>12,.0f} events/s "
-              f"({r['events_per_s_per_core']:,.0f} per core)  peak RSS {r['peak_rss_mb']:,.0f} MB", flush=True)
+              f"(wall/{cores} cores {r['events_per_s_per_core']:,.0f}; per CPU-second "
+              f"{r['events_per_cpu_second']:,.0f})  peak RSS {r['peak_rss_mb']:,.0f} MB  "
+              f"load {r['load_average']:.1f}", flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / f"{args.events}.json").write_text(json.dumps({"events": args.events, "cores": cores,
+    path = Path(args.out) / f"{args.events}.json"
+    if args.only and path.exists():  # the other stages' figures stay
+        results = {**json.loads(path.read_text())["stages"], **results}
+    path.write_text(json.dumps({"events": args.events, "cores": cores,
                                                                      "memory_limit": args.memory_limit,
                                                                      "budget": args.budget, "stages": results},
                                                                     indent=1))

@@ -8,6 +8,9 @@ not arrive in time, so the engine does not commit the batch. One delivery callba
 offset after the last acknowledged record (the changelog checkpoint the store records). Every
 failure forgets the pending sends' reports, so a batch processed again after its rollback never
 counts an earlier attempt's. librdkafka's ``flush`` sends what waits for ``linger.ms`` at once.
+The producer is created with the sink: the call does not block, and librdkafka's threads connect and
+get the idempotent producer id meanwhile (on the embedded broker that held the first micro-batch's
+flush for 0.5 s when it waited for the first ``send``, while the consumer group was joining anyway).
 
 ``ConfluentTransactionalSink``: one producer transaction per micro-batch, as
 connectors.kafka.transactional (``transactional.id`` = ``<client_id>-<group_id>-<instance_id>``;
@@ -49,6 +52,11 @@ class ConfluentSink:
         self._errors: list = []  # failed delivery reports since the batch's first send
         self._fresh = True  # the next send starts a batch
         self.acked: dict[TP, int] = {}  # of the last flush
+        if not self.transactional:  # a transactional producer starts at its first begin (init_transactions)
+            try:
+                _ = self.producer  # non-blocking: connects and gets its producer id while the group joins
+            except SinkError:
+                pass  # a configuration librdkafka refuses fails the first send, as it did
 
     def _delivered(self, err, msg) -> None:
         """The producer's one delivery callback (served inside flush / poll, on the caller's thread)."""
@@ -76,11 +84,16 @@ class ConfluentSink:
         try:
             for o in outputs:
                 while True:
-                    try:
-                        if o.partition is None:
-                            produce(o.topic, o.value, o.key, headers=list(o.headers) or None)
+                    try:  # positional, and headers only when there are some: each keyword costs a parse
+                        if o.headers:
+                            if o.partition is None:
+                                produce(o.topic, o.value, o.key, headers=list(o.headers))
+                            else:
+                                produce(o.topic, o.value, o.key, o.partition, headers=list(o.headers))
+                        elif o.partition is None:
+                            produce(o.topic, o.value, o.key)
                         else:
-                            produce(o.topic, o.value, o.key, o.partition, headers=list(o.headers) or None)
+                            produce(o.topic, o.value, o.key, o.partition)
                         break
                     except BufferError:  # librdkafka's queue is full: serve reports, then try again
                         producer.poll(0.05)

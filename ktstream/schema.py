@@ -52,6 +52,20 @@ def _epoch_ms(value: datetime) -> int:
     return int(round(value.timestamp() * 1000))
 
 
+def _aware_and_in_range(v: datetime) -> datetime:
+    """``v`` if it carries a time zone and stays within UTC years 1..9999 once its offset is applied, else a
+    ValueError. Called by ``Event._parse_time`` on the datetime it returns (one Python validator call per
+    event time: pydantic then only checks that a datetime is one)."""
+    if v.tzinfo is not timezone.utc:  # a UTC datetime is within 1..9999 already
+        _epoch_ms(v)
+        try:
+            v.astimezone(timezone.utc)
+        except (OverflowError, ValueError):
+            raise ValueError(f"event_time {v.isoformat()} falls outside UTC years 1..9999 once its offset "
+                             f"is applied") from None
+    return v
+
+
 def _within_depth(value: Any, limit: int) -> bool:
     """Whether JSON-like ``value`` nests at most ``limit`` containers deep (iterative: no recursion)."""
     stack = [(value, 1)]
@@ -132,8 +146,10 @@ class Event(BaseModel):
     @field_validator("event_time", mode="before")
     @classmethod
     def _parse_time(cls, v: Any) -> Any:
-        if v is None or isinstance(v, datetime):
+        if v is None:
             return v
+        if isinstance(v, datetime):
+            return _aware_and_in_range(v)
         if isinstance(v, bool):
             raise ValueError("event_time must be RFC 3339 text or epoch milliseconds")
         if isinstance(v, (int, float)):
@@ -146,20 +162,8 @@ class Event(BaseModel):
                 parsed = datetime.fromisoformat(v.replace("Z", "+00:00"))
             except ValueError as exc:
                 raise ValueError("event_time %r is not RFC 3339 (e.g. 2024-05-01T10:00:00Z)" % v[:64]) from exc
-            return parsed
+            return _aware_and_in_range(parsed)
         raise ValueError("event_time must be RFC 3339 text or epoch milliseconds")
-
-    @field_validator("event_time")
-    @classmethod
-    def _aware_and_in_range(cls, v: datetime | None) -> datetime | None:
-        if v is not None and v.tzinfo is not timezone.utc:  # a UTC datetime is within 1..9999 already
-            _epoch_ms(v)
-            try:
-                v.astimezone(timezone.utc)
-            except (OverflowError, ValueError):
-                raise ValueError(f"event_time {v.isoformat()} falls outside UTC years 1..9999 once its offset "
-                                 f"is applied") from None
-        return v
 
     # pydantic already bounds every id to 1..256 characters; only non-ASCII text can exceed 256 bytes.
     # One validator per field, without ValidationInfo: each call costs the event's validation time.
@@ -187,7 +191,8 @@ class Event(BaseModel):
     @classmethod
     def _concepts(cls, v: list[str]) -> list[str]:
         for c in v:
-            check_id(c, "each concept id")
+            if not (c.isascii() and 0 < len(c) <= MAX_ID_BYTES):  # ASCII: one byte per character
+                check_id(c, "each concept id")
         return v
 
     @field_validator("attributes", mode="before")

@@ -67,6 +67,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
+import orjson
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -116,7 +117,7 @@ class Passthrough:
             msg = {"source": {"topic": rec.topic, "partition": rec.partition, "offset": rec.offset},
                    "event_id": d.event.event_id, "learner_id": d.event.learner_id, "event_time": d.event_time_ms,
                    "received_at_ms": batch.received_ms, "produced_at_ms": produced}
-            batch.outputs.append(Output(self.predictions, rec.key, json.dumps(msg).encode()))
+            batch.outputs.append(Output(self.predictions, rec.key, orjson.dumps(msg)))  # as the engine's predictions
             batch.predictions += 1
             if d.event_time_ms is not None:
                 batch.end_to_end_ms.append(produced - d.event_time_ms)

@@ -206,16 +206,20 @@ class Settings(BaseSettings):
         return (env_settings, init_settings)  # environment over file / keyword values
 
 
+def read_sections(path: str | Path) -> dict[str, Any]:
+    """A YAML settings file as a mapping of sections (the trainer's settings read the same files)."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"config {path} must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
 def load_settings(path: str | Path | None = None, **overrides: Any) -> Settings:
     """Settings from a YAML file (optional), keyword overrides per section, then the environment."""
-    data: dict[str, Any] = {}
-    if path is not None:
-        try:
-            data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigError(f"cannot read config {path}: {exc}") from exc
-        if not isinstance(data, dict):
-            raise ConfigError(f"config {path} must be a mapping of sections, got {type(data).__name__}")
+    data: dict[str, Any] = read_sections(path) if path is not None else {}
     for section, values in overrides.items():
         data[section] = {**data.get(section, {}), **values} if isinstance(values, dict) else values
     try:

@@ -24,25 +24,22 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def _emit(text: str, out: Path | None) -> None:
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text, encoding="utf-8")
+        print(f"wrote {out}")
+    else:
+        print(text, end="")
+
+
 def run(args) -> int:
     if args.yaml:
-        text = (Path(__file__).resolve().parents[1] / "configs" / "default.yaml").read_text(encoding="utf-8")
-        if args.out:
-            args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(text, encoding="utf-8")
-            print(f"wrote {args.out}")
-        else:
-            print(text, end="")
+        _emit((Path(__file__).resolve().parents[1] / "configs" / "default.yaml").read_text(encoding="utf-8"), args.out)
         return 0
     from ktstream.reports.config_reference import config_reference, write_schemas
 
-    text = config_reference()
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text, encoding="utf-8")
-        print(f"wrote {args.out}")
-    else:
-        print(text, end="")
+    _emit(config_reference(), args.out)
     for path in write_schemas(args.schemas) if args.schemas else []:
         print(f"wrote {path}")
     return 0

@@ -20,9 +20,9 @@ from typing import Any
 import json
 import os
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ktstream.config import read_sections
 from ktstream.exceptions import ConfigError
 from ktstream.finetune.finetune import FinetuneConfig
 from ktstream.finetune.promotion import PromotionConfig
@@ -75,17 +75,6 @@ def _build(cls, values: dict[str, Any], where: str):
         return cls(**values)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"invalid {where}: {exc}") from exc
-
-
-def read_sections(path: str | Path) -> dict[str, Any]:
-    """The YAML file as a mapping of sections."""
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"config {path} must be a mapping of sections, got {type(data).__name__}")
-    return data
 
 
 def env_overrides(name: str, environ: dict[str, str] | None = None) -> dict[str, Any]:

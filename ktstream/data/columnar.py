@@ -334,23 +334,27 @@ def _first_row_of_last_learner(learners: pa.ChunkedArray, last: pa.Scalar) -> in
 
 
 class ArrowIds(Sequence):
-    """Event ids of one history kept in their Arrow column (no Python string per event until read)."""
+    """Event ids of one history kept in their Arrow column (no Python string per event until read): a
+    view of rows ``start``..``stop`` of the column, sliced without touching Arrow."""
 
-    def __init__(self, values: pa.Array):
-        self._values = values
+    def __init__(self, values: pa.Array, start: int = 0, stop: int | None = None):
+        self._values, self._start = values, start
+        self._stop = len(values) if stop is None else stop
 
     def __len__(self) -> int:
-        return len(self._values)
+        return self._stop - self._start
 
     def __getitem__(self, index):
         if isinstance(index, slice):
-            start, stop, step = index.indices(len(self._values))
+            start, stop, step = index.indices(len(self))
             assert step == 1, "event ids slice with step 1 only"
-            return ArrowIds(self._values.slice(start, max(0, stop - start)))
-        return self._values[index].as_py()
+            return ArrowIds(self._values, self._start + start, self._start + max(start, stop))
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        return self._values[self._start + index % len(self)].as_py()
 
     def __iter__(self):
-        return iter(self._values.to_pylist())
+        return iter(self._values.slice(self._start, len(self)).to_pylist())
 
     def __add__(self, other) -> list:
         return list(self) + list(other)
@@ -405,9 +409,11 @@ def encode_table(table: pa.Table, items: Vocabulary, concepts: Vocabulary, arrow
     resp = pc.fill_null(table.column("response").chunk(0), NO_RESPONSE).to_numpy(zero_copy_only=False).astype(np.int64)
     steps = _step_starts(starts, table.column("step_id").chunk(0), times, n)
     ids = table.column("event_id").chunk(0)
+    all_ids = None if arrow_ids else ids.to_pylist()
+    names = learner.take(pa.array(starts)).to_pylist()
     out = []
-    for lo, hi, w in zip(starts.tolist(), stops.tolist(), widths.tolist()):
-        event_ids = ArrowIds(ids.slice(lo, hi - lo)) if arrow_ids else ids.slice(lo, hi - lo).to_pylist()
-        out.append(LearnerHistory(learner[lo].as_py(), item_idx[lo:hi], conc[lo:hi, :w], resp[lo:hi],
-                                  times[lo:hi], steps[lo:hi] - lo, event_ids))
+    for name, lo, hi, w in zip(names, starts.tolist(), stops.tolist(), widths.tolist()):
+        event_ids = ArrowIds(ids, lo, hi) if arrow_ids else all_ids[lo:hi]
+        out.append(LearnerHistory(name, item_idx[lo:hi], conc[lo:hi, :w], resp[lo:hi], times[lo:hi],
+                                  steps[lo:hi] - lo, event_ids))
     return out

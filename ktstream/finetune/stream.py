@@ -36,7 +36,7 @@ class ArchiveTrainingData:
         self.segment, self.budget_events, self.cfg, self.table_events = segment, budget_events, cfg, table_events
 
     def _segments(self, h: LearnerHistory) -> list[LearnerHistory]:
-        if self.segment is None:
+        if self.segment is None or len(h) <= self.segment:
             return [h]
         return [h.slice(s, s + self.segment) for s in range(0, len(h), self.segment)]  # as finetune.segments
 
@@ -45,11 +45,11 @@ class ArchiveTrainingData:
         reader = scan(self.folder, end_ms=self.cutoff_ms, order="learner", cfg=self.cfg, con=connect(self.cfg))
         items, concepts = pa.array(self.items.ids, pa.string()), pa.array(self.concepts.ids, pa.string())
         buffer: list[LearnerHistory] = []
-        size = 0
+        size, cutoff_s = 0, self.cutoff_ms / 1000.0
         for table in learner_tables(reader, self.table_events):
             for h in encode_table(table, self.items, self.concepts, arrow_ids=True, item_values=items,
                                   concept_values=concepts):
-                n = int(np.searchsorted(h.times, self.cutoff_ms / 1000.0, side="left"))
+                n = len(h) if h.times[-1] < cutoff_s else int(np.searchsorted(h.times, cutoff_s, side="left"))
                 if n == 0:
                     continue
                 parts = self._segments(h if n == len(h) else prefix(h, n))

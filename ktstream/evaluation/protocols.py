@@ -125,7 +125,7 @@ def prequential_time(model_name: str, records: Sequence[dict], select_from_ms: i
 
 @torch.inference_mode()
 def serve_prequential(model: KTModel, histories: Sequence[LearnerHistory], scored: Sequence[np.ndarray],
-                      batch: int = 256, chunk: int = 2000) -> list[np.ndarray]:
+                      batch: int = 256, chunk: int = 200) -> list[np.ndarray]:
     """Serving-path probabilities (T, K) per learner at its ``scored`` positions (NaN elsewhere before the
     first scored step), as the engine makes them: each event predicted from the learner's state at the start
     of its step, built from the learner's earlier events only, then applied.

@@ -30,19 +30,33 @@ from typing import Any, Iterable, Iterator
 from connectors.datasets.exceptions import DatasetFormatError
 from connectors.datasets.records import (PathLike, as_paths, check_concepts, clean_id, event_record, fit_id,
                                          parse_int, parse_response)
+from connectors.datasets.sorted_rows import DEFAULT_MEMORY_LIMIT, SortedRows, check_int64, iter_rows
 from connectors.datasets.stats import ConversionStats
 
 REQUIRED = ("order_id", "user_id", "problem_id", "correct", "skill_id")
 ATTRIBUTES = ("attempt_count", "hint_count", "ms_first_response", "bottom_hint", "first_action")
 
 
+def _schema():
+    import pyarrow as pa
+
+    return pa.schema([("learner", pa.int64()), ("pos", pa.int64()), ("order_id", pa.int64()),
+                      ("problem", pa.string()), ("skill", pa.string()), ("response", pa.int64()),
+                      ("file", pa.int64()), ("line", pa.int64()), *((a, pa.int64()) for a in ATTRIBUTES)])
+
+
 def assistments_raw_events(inputs: PathLike | Iterable[PathLike], stats: ConversionStats | None = None, *,
-                           keep_repeated_rows: bool = False) -> Iterator[dict[str, Any]]:
+                           keep_repeated_rows: bool = False,
+                           memory_limit: str = DEFAULT_MEMORY_LIMIT) -> Iterator[dict[str, Any]]:
     """Stream canonical event records from raw ASSISTments skill-builder CSV files.
 
-    All inputs are read before the first record is produced (sorting by
-    ``order_id`` needs a learner's rows from every file); learners come out in
-    order of first appearance, each learner's interactions together.
+    All inputs are read (and every row checked) before the first record is
+    produced, since sorting by ``order_id`` needs a learner's rows from every
+    file; learners come out in order of first appearance, each learner's
+    interactions together. The rows wait on disk, not in memory: they are
+    sorted by (learner, ``order_id``, input position) with DuckDB within
+    ``memory_limit`` (`connectors.datasets.sorted_rows`), so what is held is
+    that limit, one batch of rows and one learner's rows, however large the input.
 
     Parameters
     ----------
@@ -52,6 +66,8 @@ def assistments_raw_events(inputs: PathLike | Iterable[PathLike], stats: Convers
         Filled while the records are consumed.
     keep_repeated_rows
         Keep one interaction per row for multi-skill problems.
+    memory_limit
+        DuckDB's memory limit for the sort (it spills to a temporary folder past it).
 
     Examples
     --------
@@ -64,25 +80,51 @@ def assistments_raw_events(inputs: PathLike | Iterable[PathLike], stats: Convers
     [('11', 'p1', ['1', '10'], 1, 0), ('12', 'p2', ['10'], 0, 1)]
     """
     stats = stats if stats is not None else ConversionStats("assistments-raw")
-    by_learner: dict[str, list[tuple[int, str, str, int, str, dict[str, Any]]]] = {}
-    for path in as_paths(inputs):
-        with open(path, encoding="utf-8-sig", newline="") as fh:
-            reader = csv.DictReader(fh)
-            missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
-            if missing:
-                raise DatasetFormatError(f"{path}: missing column(s) {missing}; is this a skill-builder export?")
-            for row in reader:
-                where = f"{path}:{reader.line_num}"
-                stats.rows_in += 1
-                attrs = {a: parse_int(row[a], a, where) for a in ATTRIBUTES if (row.get(a) or "").strip()}
-                by_learner.setdefault(clean_id(row["user_id"]), []).append(
-                    (parse_int(row["order_id"], "order_id", where), clean_id(row["problem_id"]),
-                     clean_id(row["skill_id"] or ""), parse_response(row["correct"], where), where, attrs))
-    for learner, rows in by_learner.items():
-        learner_id = fit_id(learner, stats)
-        stats.start_learner(learner_id, rows[0][4])
-        rows.sort(key=lambda r: r[0])  # stable: rows of one order_id keep their file order
-        yield from _learner_events(learner_id, rows, keep_repeated_rows, stats)
+    paths = as_paths(inputs)
+    learners: dict[str, int] = {}  # cleaned user_id -> rank of first appearance
+    rows = SortedRows(_schema(), memory_limit)
+    try:
+        for index, path in enumerate(paths):
+            with open(path, encoding="utf-8-sig", newline="") as fh:
+                reader = csv.DictReader(fh)
+                missing = [c for c in REQUIRED if c not in (reader.fieldnames or ())]
+                if missing:
+                    raise DatasetFormatError(f"{path}: missing column(s) {missing}; is this a skill-builder export?")
+                for row in reader:
+                    where = f"{path}:{reader.line_num}"
+                    stats.rows_in += 1
+                    attrs = [check_int64(parse_int(row[a], a, where), a, where) if (row.get(a) or "").strip()
+                             else None for a in ATTRIBUTES]
+                    learner = learners.setdefault(clean_id(row["user_id"]), len(learners))
+                    rows.append(learner, rows.rows,
+                                check_int64(parse_int(row["order_id"], "order_id", where), "order_id", where),
+                                clean_id(row["problem_id"]), clean_id(row["skill_id"] or ""),
+                                parse_response(row["correct"], where), index, reader.line_num, *attrs)
+        names = list(learners)
+        current, first, group = None, None, []
+        # stable in the input's order: rows of one order_id keep their file order
+        for batch in rows.sorted("learner, order_id, pos"):
+            for learner, pos, order_id, problem, skill, response, index, line, *attrs in iter_rows(batch):
+                if learner != current:
+                    if current is not None:
+                        yield from _learner(names[current], first[1], group, keep_repeated_rows, stats)
+                    current, first, group = learner, None, []
+                where = f"{paths[index]}:{line}"
+                if first is None or pos < first[0]:
+                    first = (pos, where)  # the learner's first row in the input names it in errors
+                group.append((order_id, problem, skill, response, where,
+                              {a: v for a, v in zip(ATTRIBUTES, attrs) if v is not None}))
+        if current is not None:
+            yield from _learner(names[current], first[1], group, keep_repeated_rows, stats)
+    finally:
+        rows.close()
+
+
+def _learner(learner: str, where: str, rows: list, keep_repeated_rows: bool,
+             stats: ConversionStats) -> Iterator[dict[str, Any]]:
+    learner_id = fit_id(learner, stats)
+    stats.start_learner(learner_id, where)
+    yield from _learner_events(learner_id, rows, keep_repeated_rows, stats)
 
 
 def _learner_events(learner: str, rows: list, keep_repeated_rows: bool,

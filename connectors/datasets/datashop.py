@@ -18,7 +18,9 @@ it is the interaction. Mapping:
 
 The export is grouped by student but follows DataShop's problem order, not time
 order, so each student's rows are sorted by event time (stable: ties keep file
-order) and ``seq`` is the position after the sort.
+order) and ``seq`` is the position after the sort. The sort runs in DuckDB over
+the parsed rows kept on disk (`connectors.datasets.sorted_rows`), so an export
+of any size converts within a fixed memory budget.
 
 DataShop exports are often cut at a size limit. A last line with fewer
 fields than the header (cut mid-row) is skipped and counted in
@@ -36,6 +38,7 @@ from typing import Any, Iterable, Iterator
 from connectors.datasets.exceptions import DatasetFormatError
 from connectors.datasets.records import PathLike, as_paths, check_concepts, event_record, fit_id, parse_int, \
     parse_response
+from connectors.datasets.sorted_rows import DEFAULT_MEMORY_LIMIT, SortedRows, check_int64, iter_rows
 from connectors.datasets.stats import ConversionStats
 
 STUDENT, PROBLEM, STEP = "Anon Student Id", "Problem Name", "Step Name"
@@ -57,12 +60,24 @@ def parse_time_ms(text: str, where: str) -> int:
     return calendar.timegm(t.utctimetuple()) * 1000 + t.microsecond // 1000
 
 
+def _schema():
+    import pyarrow as pa
+
+    return pa.schema([("student", pa.int64()), ("pos", pa.int64()), ("time_ms", pa.int64()),
+                      ("event_id", pa.string()), ("item", pa.string()), ("concepts", pa.list_(pa.string())),
+                      ("response", pa.int64()), *((key, pa.int64()) for key in COUNT_COLUMNS.values())])
+
+
 def datashop_events(inputs: PathLike | Iterable[PathLike], stats: ConversionStats | None = None, *,
-                    kc_column: str | None = None) -> Iterator[dict[str, Any]]:
+                    kc_column: str | None = None, memory_limit: str = DEFAULT_MEMORY_LIMIT) -> Iterator[dict[str, Any]]:
     """Stream canonical event records from DataShop student-step exports.
 
-    All rows are read before the first record is produced (a student's rows
-    must be sorted by time); students come out in order of first appearance.
+    All rows are read (and checked) before the first record is produced (a
+    student's rows must be sorted by time); students come out in order of
+    first appearance. The rows wait on disk, not in memory: they are sorted by
+    (student, time, input position) with DuckDB within ``memory_limit``
+    (`connectors.datasets.sorted_rows`) and come back a batch at a time, so what
+    is held is that limit and one batch of rows, however large the input.
 
     Parameters
     ----------
@@ -74,6 +89,8 @@ def datashop_events(inputs: PathLike | Iterable[PathLike], stats: ConversionStat
         Which KC model gives the concepts: a header name such as
         ``"KC(SubSkills)"``. Default: ``KC(Default)``, else the first ``KC(...)``
         column; no concepts if there is none.
+    memory_limit
+        DuckDB's memory limit for the sort (it spills to a temporary folder past it).
 
     Examples
     --------
@@ -87,33 +104,42 @@ def datashop_events(inputs: PathLike | Iterable[PathLike], stats: ConversionStat
     [('P1 | R2', [], 0, 0), ('P1 | R1', ['A', 'B'], 1, 1)]
     """
     stats = stats if stats is not None else ConversionStats("datashop")
-    by_student: dict[str, list[tuple[int, str, dict[str, Any]]]] = {}
-    for path in as_paths(inputs):
-        for where, row_id, fields, kcs in _rows(path, kc_column, stats):
-            student, problem, step = fields[STUDENT], fields[PROBLEM], fields[STEP]
-            if not student or not (problem or step):
-                raise DatasetFormatError(f"{where}: empty student, problem or step name")
-            time_text = fields.get(FIRST_TIME) or ""
-            if not time_text.strip():
-                time_text = fields.get(START_TIME) or ""
+    students: dict[str, int] = {}  # student name -> rank of first appearance
+    rows = SortedRows(_schema(), memory_limit)
+    try:
+        for path in as_paths(inputs):
+            for where, row_id, fields, kcs in _rows(path, kc_column, stats):
+                student, problem, step = fields[STUDENT], fields[PROBLEM], fields[STEP]
+                if not student or not (problem or step):
+                    raise DatasetFormatError(f"{where}: empty student, problem or step name")
+                time_text = fields.get(FIRST_TIME) or ""
                 if not time_text.strip():
-                    raise DatasetFormatError(f"{where}: neither {FIRST_TIME!r} nor {START_TIME!r} is given")
-                stats.note("time_from_step_start")
-            cids = [fit_id(k.strip(), stats) for k in kcs.split(KC_SEPARATOR) if k.strip()]
-            attrs = {key: parse_int(fields[col], col, where) for col, key in COUNT_COLUMNS.items()
-                     if (fields.get(col) or "").strip()}
-            by_student.setdefault(student, []).append((parse_time_ms(time_text, where), f"{path.stem}:{row_id}", {
-                "item": fit_id(f"{problem} | {step}", stats), "concepts": check_concepts(cids, where),
-                "response": parse_response(fields[CORRECT], where), "attributes": attrs}))
-    for student, rows in by_student.items():
-        learner = fit_id(student, stats)
-        stats.start_learner(learner, f"student {student!r}")
-        rows.sort(key=lambda r: r[0])  # stable: equal times keep file order
-        for seq, (time_ms, event_id, f) in enumerate(rows):
-            rec = event_record(fit_id(event_id, stats), learner, f["item"], f["concepts"], f["response"], seq=seq,
-                               event_time=time_ms, attributes=f["attributes"])
-            stats.observe(rec)
-            yield rec
+                    time_text = fields.get(START_TIME) or ""
+                    if not time_text.strip():
+                        raise DatasetFormatError(f"{where}: neither {FIRST_TIME!r} nor {START_TIME!r} is given")
+                    stats.note("time_from_step_start")
+                cids = [fit_id(k.strip(), stats) for k in kcs.split(KC_SEPARATOR) if k.strip()]
+                counts = [check_int64(parse_int(fields[col], col, where), col, where)
+                          if (fields.get(col) or "").strip() else None for col in COUNT_COLUMNS]
+                rows.append(students.setdefault(student, len(students)), rows.rows, parse_time_ms(time_text, where),
+                            f"{path.stem}:{row_id}", fit_id(f"{problem} | {step}", stats), check_concepts(cids, where),
+                            parse_response(fields[CORRECT], where), *counts)
+        names = list(students)
+        current, learner, seq = None, "", 0
+        # stable: equal times keep the input's order
+        for batch in rows.sorted("student, time_ms, pos", columns="* EXCLUDE (pos)"):
+            for student, time_ms, event_id, item, concepts, response, *counts in iter_rows(batch):
+                if student != current:
+                    current, learner, seq = student, fit_id(names[student], stats), 0
+                    stats.start_learner(learner, f"student {names[student]!r}")
+                attrs = {key: v for key, v in zip(COUNT_COLUMNS.values(), counts) if v is not None}
+                rec = event_record(fit_id(event_id, stats), learner, item, concepts, response, seq=seq,
+                                   event_time=time_ms, attributes=attrs)
+                seq += 1
+                stats.observe(rec)
+                yield rec
+    finally:
+        rows.close()
 
 
 def _kc_column(header: list[str], requested: str | None, path: Path) -> str | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 from ktstream.cli.main import UsageError
@@ -38,6 +39,8 @@ def register(sub) -> None:
     p.add_argument("--questions", metavar="FILE|auto|none",
                    help="ednet-kt1: EdNet questions.csv (default auto: found beside the inputs)")
     p.add_argument("--kc-column", metavar="NAME", help="datashop: KC model column (default KC(Default))")
+    p.add_argument("--memory-limit", metavar="SIZE", help="assistments-raw, datashop: memory for sorting the rows "
+                   "by learner (DuckDB, spilling to a temporary folder past it), e.g. 512MB (default 1GB)")
     p.add_argument("--validate", action="store_true", help="check every record against the event schema")
     p.set_defaults(func=run)
 
@@ -57,10 +60,13 @@ def run(args: argparse.Namespace) -> int:
                 files = f"{path}/FILE.csv"
             raise UsageError(f"{path} is a folder; {args.format} reads files: name them (e.g. {files}); only ednet-kt1 "
                              f"reads a folder")
+    if args.memory_limit is not None and not re.fullmatch(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)",
+                                                          args.memory_limit, re.IGNORECASE):
+        raise UsageError(f"--memory-limit takes a size such as 512MB or 2GB, got {args.memory_limit!r}")
     from connectors.datasets import convert
     from connectors.datasets.exceptions import DatasetFormatError
     options = {}
-    for name in ("keep_repeated_rows", "concepts", "info", "questions", "kc_column"):
+    for name in ("keep_repeated_rows", "concepts", "info", "questions", "kc_column", "memory_limit"):
         value = getattr(args, name)
         if value is not None:
             options[name] = None if value == "none" else value

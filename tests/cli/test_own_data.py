@@ -86,3 +86,36 @@ def test_train_reads_own_data(tmp_path, capsys):
     data = write_dkvmn(tmp_path / "mine")
     assert main(["train", "--data", str(data), "--format", "dkvmn", *TINY, "-o", str(tmp_path / "ckpt")]) == 0
     assert (tmp_path / "ckpt" / "fit.json").is_file() and "saved" in capsys.readouterr().out
+
+
+def test_convert_sorts_a_datashop_export_within_the_memory_limit_it_is_given(tmp_path, capsys, monkeypatch):
+    """--memory-limit reaches the sort of the rows by learner (DuckDB's memory_limit); a size it cannot read
+    is a usage error before any input is read, and a format without the sort refuses the option."""
+    import connectors.datasets.sorted_rows as sorted_rows
+
+    limits = []
+    original = sorted_rows.SortedRows.__init__
+    monkeypatch.setattr(sorted_rows.SortedRows, "__init__",
+                        lambda self, schema, memory_limit, *a, **k: limits.append(memory_limit) or
+                        original(self, schema, memory_limit, *a, **k))
+    header = ("Row\tAnon Student Id\tProblem Name\tStep Name\tStep Start Time\tFirst Transaction Time\t"
+              "Correct First Attempt\tIncorrects\tHints\tCorrects\tKC(Default)\n")
+    rows = "".join(f"{i}\ts{i % 3}\tP{i % 4}\tR1\t\t2006-10-26 09:{50 - i:02d}:00.0\t{i % 2}\t0\t0\t1\tK{i % 2}\n"
+                   for i in range(1, 13))
+    (tmp_path / "steps.txt").write_text(header + rows, encoding="utf-8")
+    out = tmp_path / "steps.jsonl"
+    assert main(["convert", "datashop", str(tmp_path / "steps.txt"), "-o", str(out), "--memory-limit", "64MB"]) == 0
+    assert limits == ["64MB"]
+    events = [json.loads(line) for line in out.read_text().splitlines()]
+    learners = [e["learner_id"] for e in events]  # each learner's events together, in order of first appearance
+    assert len(events) == 12 and learners == ["s1"] * 4 + ["s2"] * 4 + ["s0"] * 4
+    for learner in {e["learner_id"] for e in events}:
+        times = [e["event_time"] for e in events if e["learner_id"] == learner]
+        assert times == sorted(times)
+    capsys.readouterr()
+    assert main(["convert", "datashop", str(tmp_path / "steps.txt"), "-o", str(out), "--memory-limit", "lots"]) == 2
+    assert "--memory-limit takes a size such as 512MB" in capsys.readouterr().err
+    write_dkvmn(tmp_path / "toy")
+    assert main(["convert", "dkvmn", str(tmp_path / "toy" / "toy_train.csv"), "-o", str(out),
+                 "--memory-limit", "1GB"]) == 1
+    assert "takes no option ['memory_limit']" in capsys.readouterr().err

@@ -157,27 +157,9 @@ def _scan_by_learner(con: duckdb.DuckDBPyConnection, files: Sequence[Path], star
     reader = con.sql(sql).to_arrow_reader(batch_rows)
     schema = pa.schema([reader.schema.field(c) for c in columns])
 
-    def runs() -> Iterator[pa.RecordBatch]:
-        pending: list[pa.RecordBatch] = []
-        rows = 0
-        for batch in reader:
-            if batch.num_rows == 0:
-                continue
-            pending.append(batch)
-            rows += batch.num_rows
-            if rows < batch_rows:
-                continue
-            table = pa.Table.from_batches(pending)
-            lh = table.column("_lh").to_numpy()
-            differ = np.flatnonzero(lh != lh[-1])
-            if not len(differ):  # one learner so far (an equal hash never splits a learner): wait for its end
-                continue
-            cut = int(differ[-1]) + 1
-            yield from _distinct_in_range(table.slice(0, cut), start_ms, end_ms, columns)
-            rest = table.slice(cut)
-            pending, rows = rest.to_batches(), rest.num_rows
-        if rows:
-            yield from _distinct_in_range(pa.Table.from_batches(pending), start_ms, end_ms, columns)
+    def runs() -> Iterator[pa.RecordBatch]:  # an equal hash never splits a learner across two runs
+        for table in learner_tables(reader, batch_rows, key="_lh"):
+            yield from _distinct_in_range(table, start_ms, end_ms, columns)
 
     return pa.RecordBatchReader.from_batches(schema, runs())
 
@@ -303,9 +285,11 @@ def _first_seen_exact(files: Sequence[Path], before_ms: int, con: duckdb.DuckDBP
     return [r[0] for r in items], [r[0] for r in concepts]
 
 
-def learner_tables(batches: Iterator[pa.RecordBatch] | pa.RecordBatchReader, max_events: int) -> Iterator[pa.Table]:
+def learner_tables(batches: Iterator[pa.RecordBatch] | pa.RecordBatchReader, max_events: int,
+                   key: str = "learner_id") -> Iterator[pa.Table]:
     """Tables of whole learners from a learner-ordered stream, each about ``max_events`` rows (a
-    learner with more rows comes whole, alone): the unit that bounds the memory of building histories."""
+    learner with more rows comes whole, alone): the unit that bounds the memory of building histories.
+    ``key`` is the column that names the learner (or any column equal within a learner)."""
     pending: list[pa.RecordBatch] = []
     rows = 0
     for batch in batches:
@@ -316,8 +300,7 @@ def learner_tables(batches: Iterator[pa.RecordBatch] | pa.RecordBatchReader, max
         if rows < max_events:
             continue
         table = pa.Table.from_batches(pending)
-        last = table.column("learner_id")[-1]
-        cut = _first_row_of_last_learner(table.column("learner_id"), last)
+        cut = _first_row_of_last_learner(table.column(key), table.column(key)[-1])
         if cut == 0:  # one learner so far: wait for its end
             continue
         yield table.slice(0, cut)

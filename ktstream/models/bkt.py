@@ -46,6 +46,11 @@ from ktstream.models.families import register
 INITIAL = {"prior": 0.5, "learn": 0.1, "guess": 0.2, "slip": 0.1, "forget": 0.02}
 COLUMNS = ("prior", "learn", "guess", "slip", "forget")
 EPS = 1e-12  # floor of a probability before its logarithm
+# P(L) is kept inside this range: at exactly 0 or 1 (or past 1, where m + (after - m) rounds) a response
+# the mastery rules out has a likelihood near 0, and the posterior's 0/0 turned training to NaN on long
+# histories (OLI Statics, about 1,000 interactions per learner) once slip or guess neared 0. With binary
+# responses the posterior's denominator stays at or above half the range's margin.
+MASTERY_RANGE = (1e-6, 1 - 1e-6)
 
 
 def concept_slots(concepts: torch.Tensor) -> torch.Tensor:
@@ -147,11 +152,12 @@ class BKT(KTModel):
         m = mastery.gather(1, ids)  # (B, C)
         r = responses.clamp(min=0).view(-1, 1, 1).expand(-1, ids.shape[1], 1)
         like1, like0 = slot["e1"].gather(-1, r).squeeze(-1), slot["e0"].gather(-1, r).squeeze(-1)
-        joint1 = m * like1
-        post = joint1 / (joint1 + (1 - m) * like0).clamp(min=EPS)
+        mc = m.clamp(*MASTERY_RANGE)
+        joint1 = mc * like1
+        post = joint1 / (joint1 + (1 - mc) * like0).clamp(min=EPS)
         after = post * (1 - slot["forget"]) + (1 - post) * slot["learn"]
         # as a change: padding slots and a concept's second listing add 0 (to column 0, or the concept)
-        return mastery.scatter_add(1, ids, torch.where(keep, after - m, 0))
+        return mastery.scatter_add(1, ids, torch.where(keep, after - m, 0)).clamp(*MASTERY_RANGE)
 
     # -- training path ---------------------------------------------------
     def forward(self, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State]:

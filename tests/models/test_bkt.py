@@ -92,6 +92,25 @@ def test_mastery_rises_after_a_correct_answer_and_less_after_a_wrong_one():
     assert p_after > p_before
 
 
+def test_evidence_the_mastery_nearly_rules_out_moves_it_as_bayes_rule_says_and_trains_finite():
+    """P(L) near 0 and guess near 0: a right answer is near-certain evidence of mastery, so the posterior is
+    near 1 (P(L) is kept inside MASTERY_RANGE; at the edge the posterior's denominator fell under its floor,
+    which gave a posterior of 0.09 here, and NaN gradients when training on long histories)."""
+    model = bkt(False, prior=1e-13, guess=1e-18, slip=1e-18)
+    right = model.update(model.init_state(1), query([2], 1))["mastery"][0, 2]
+    assert right > 0.99
+    model.train()  # one learner: 300 right answers on concept 2, then wrong ones the mastery rules out
+    n = 320
+    resp = np.array([1] * 300 + [0] * (n - 300), dtype=np.int64)
+    hist = collate([LearnerHistory("u", np.full(n, 2, dtype=np.int64), np.full((n, 1), 2, dtype=np.int64), resp,
+                                   np.full(n, np.nan), np.arange(n), [""] * n)])
+    log_probs, state = model(hist)
+    nll = -log_probs.gather(-1, hist.responses.unsqueeze(-1)).squeeze(-1).mean()
+    nll.backward()
+    assert torch.isfinite(nll) and torch.isfinite(model.logits.grad).all(), model.logits.grad
+    assert ((state["mastery"] > 0) & (state["mastery"] < 1)).all()
+
+
 @torch.no_grad()
 def test_forgetting_lowers_mastery_between_attempts():
     keep, forget = bkt(False), bkt(True, forget=0.3)

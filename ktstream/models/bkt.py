@@ -46,10 +46,9 @@ from ktstream.models.families import register
 INITIAL = {"prior": 0.5, "learn": 0.1, "guess": 0.2, "slip": 0.1, "forget": 0.02}
 COLUMNS = ("prior", "learn", "guess", "slip", "forget")
 EPS = 1e-12  # floor of a probability before its logarithm
-# P(L) is kept inside this range: at exactly 0 or 1 (or past 1, where m + (after - m) rounds) a response
-# the mastery rules out has a likelihood near 0, and the posterior's 0/0 turned training to NaN on long
-# histories (OLI Statics, about 1,000 interactions per learner) once slip or guess neared 0. With binary
-# responses the posterior's denominator stays at or above half the range's margin.
+# P(L) stays inside this range: at exactly 0 or 1 (or past 1, where m + (after - m) rounds) a response the
+# mastery rules out has a likelihood near 0, and the posterior becomes 0/0 (NaN gradients on long
+# histories). Inside it, with binary responses, the posterior's denominator is at least half the margin.
 MASTERY_RANGE = (1e-6, 1 - 1e-6)
 
 

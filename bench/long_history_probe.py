@@ -1,6 +1,6 @@
 """Long histories: one family on a data set's own splits, test AUC by the position in the history.
 
-The controlled runs of docs/results.md ("Long histories", issue 30): the ordinary trainer (`fit`, windows of
+The controlled runs of docs/results.md ("Long histories"): the ordinary trainer (`fit`, windows of
 ``--chunk`` positions with the state carried across them) for ``--epochs`` epochs, then test AUC overall and
 in buckets of history position 1-50, 51-100, 101-200, 201-400, >400, and the learned decay rates
 (softplus(theta) per head) of every attention layer with the monotonic decay. One JSON line per run.

@@ -8,8 +8,8 @@ test learners
   them whose top-k attention (head average, and the best single head) contains the true position, by
   distance d;
 - attention entropy (nats) and sparsity per head, over every prediction with a history among each test
-  learner's first 400 (``described_steps``): the weights on the visible past renormalised to sum 1; sparsity is Hoyer's (sqrt(n) - L1/L2) / (sqrt(n) - 1), 0 uniform,
-  1 one-hot;
+  learner's first 400 (``described_steps``): the weights on the visible past renormalised to sum 1;
+  sparsity is Hoyer's (sqrt(n) - L1/L2) / (sqrt(n) - 1), 0 uniform, 1 one-hot;
 - head ablation: test AUC with one head zeroed in every attention layer (`head_ablation.masked_head`)
   minus test AUC;
 - attention heatmaps of the first test learners (`stepwise.attention_map`);
@@ -75,8 +75,8 @@ def hoyer(w: np.ndarray) -> float:
 @torch.inference_mode()
 def described_steps(model, histories: Sequence[LearnerHistory], batch: int = 64, steps: int = 400):
     """Per learner, per position of its first ``steps``: (head weights (H, W), slot positions (W,)) from
-    ``predict(describe=True)``
-    on the serving path (None where the model describes no attention). Every event is its own step here."""
+    ``predict(describe=True)`` on the serving path (None where the model describes no attention). Every
+    event is its own step here."""
     out = []
     for g in range(0, len(histories), batch):
         part = [h.slice(0, steps) for h in histories[g: g + batch]]

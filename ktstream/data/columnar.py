@@ -167,16 +167,34 @@ def _scan_by_learner(con: duckdb.DuckDBPyConnection, files: Sequence[Path], star
 def _distinct_in_range(table: pa.Table, start_ms: int | None, end_ms: int | None,
                        columns: Sequence[str]) -> list[pa.RecordBatch]:
     """Rows of whole learners with each (learner, event id)'s first copy in file order kept, then those
-    in [start_ms, end_ms) (and undated ones), in ``columns``."""
+    in [start_ms, end_ms) (and undated ones), in ``columns``.
+
+    A copy written again by an at-least-once writer has its original's time and ``seq``, so it sorts right
+    after it: a row that repeats the row before it, written earlier in file order, is dropped first, in
+    one vectorised pass (equal hashes, then equal ids).
+    Only hashes that still recur afterwards (an id written again with another time, or a collision) go
+    to the exact comparison by (learner id, event id), the first in file order kept."""
     n = table.num_rows
     h = table.column("_h").to_numpy()
-    ordered = np.sort(h)
-    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
     keep = np.ones(n, bool)
-    if len(repeated):  # rows whose hash recurs: compared by (learner id, event id), the first in file order kept
+    if n > 1:
+        twin = np.flatnonzero(h[1:] == h[:-1]) + 1  # rows whose hash equals the row before
+        if len(twin):
+            f, r = table.column("_f").to_numpy(), table.column("_r").to_numpy()
+            same = (f[twin - 1] < f[twin]) | ((f[twin - 1] == f[twin]) & (r[twin - 1] < r[twin]))
+            for col in (table.column(c).combine_chunks() for c in ("learner_id", "event_id")):
+                same &= pc.equal(col.take(pa.array(twin)), col.take(pa.array(twin - 1))).to_numpy(
+                    zero_copy_only=False)
+            keep[twin[same]] = False  # a later copy, in file order, of the row before
+    rest = np.flatnonzero(keep) if not keep.all() else None
+    remaining = h if rest is None else h[rest]
+    ordered = np.sort(remaining)
+    repeated = ordered[1:][ordered[1:] == ordered[:-1]]
+    if len(repeated):  # hashes that recur apart: compared by (learner id, event id), the first in file order kept
         repeated = np.unique(repeated)
-        at = np.minimum(np.searchsorted(repeated, h), len(repeated) - 1)
-        rows = np.flatnonzero(repeated[at] == h)
+        at = np.minimum(np.searchsorted(repeated, remaining), len(repeated) - 1)
+        rows = np.flatnonzero(repeated[at] == remaining)
+        rows = rows if rest is None else rest[rows]
         f = table.column("_f").to_numpy()[rows]
         r = table.column("_r").to_numpy()[rows]
         rows = rows[np.lexsort((r, f))]
@@ -198,9 +216,14 @@ def _distinct_in_range(table: pa.Table, start_ms: int | None, end_ms: int | None
             inside &= times < end_ms
         keep &= ~dated | inside
     table = table.select(list(columns))
-    if not keep.all():
-        table = table.filter(pa.array(keep))
-    return table.to_batches()
+    if keep.all():
+        return table.to_batches()
+    edges = np.flatnonzero(np.diff(np.r_[False, keep, False].astype(np.int8)))
+    if len(edges) > n // 256:  # many gaps: one copy of the kept rows
+        return table.filter(pa.array(keep)).to_batches()
+    # few gaps (the usual few repeats): the runs of kept rows as zero-copy slices
+    return [b for lo, hi in zip(edges[::2].tolist(), edges[1::2].tolist())
+            for b in table.slice(lo, hi - lo).to_batches()]
 
 
 def scan_table(folder: str | Path, start_ms: int | None = None, end_ms: int | None = None,
@@ -210,21 +233,22 @@ def scan_table(folder: str | Path, start_ms: int | None = None, end_ms: int | No
     return scan(folder, start_ms, end_ms, include_undated, order, cfg, columns=columns).read_all()
 
 
-def scan_log(path: str | Path, cfg: ScanConfig | None = None,
+def scan_log(path: str | Path | Sequence[str | Path], cfg: ScanConfig | None = None,
              con: duckdb.DuckDBPyConnection | None = None) -> pa.RecordBatchReader:
-    """A canonical event log in Parquet (``ktstream convert -o FILE.parquet``) by learner, in the order
-    ``histories.group_by_learner`` gives its records (event time, absent first; ``seq``, absent 0; file
-    order), streamed as Arrow batches within ``cfg``'s memory: `learner_tables` and `encode_table` make
-    its histories without one object per event. A log is not deduplicated (it holds one record per
-    interaction)."""
-    path = Path(path)
-    if path.suffix != ".parquet":
-        raise ValueError(f"scan_log reads a Parquet event log; convert {path.name} with `ktstream convert -o "
-                         f"FILE.parquet` first")
+    """A canonical event log in Parquet (``ktstream convert -o FILE.parquet``; several files: one stream in
+    their order) by learner, in the order ``histories.group_by_learner`` gives its records (event time,
+    absent first; ``seq``, absent 0; log order), streamed as Arrow batches within ``cfg``'s memory:
+    `learner_tables` and `encode_table` make its histories without one object per event. A log is not
+    deduplicated (it holds one record per interaction)."""
+    paths = [Path(path)] if isinstance(path, (str, Path)) else [Path(p) for p in path]
+    for p in paths:
+        if p.suffix != ".parquet":
+            raise ValueError(f"scan_log reads a Parquet event log; convert {p.name} with `ktstream convert -o "
+                             f"FILE.parquet` first")
     cfg = cfg or ScanConfig()
     con = con or connect(cfg)
-    sql = (f"SELECT {', '.join(COLUMNS)} FROM {_files_sql([path])} ORDER BY learner_id, coalesce(event_time, -1), "
-           f"coalesce(seq, 0), file_row_number")
+    sql = (f"SELECT {', '.join(COLUMNS)} FROM {_files_sql(paths)} ORDER BY learner_id, coalesce(event_time, -1), "
+           f"coalesce(seq, 0), file_index, file_row_number")
     return con.sql(sql).to_arrow_reader(cfg.batch_rows)
 
 
@@ -299,10 +323,10 @@ def learner_tables(batches: Iterator[pa.RecordBatch] | pa.RecordBatchReader, max
         rows += batch.num_rows
         if rows < max_events:
             continue
-        table = pa.Table.from_batches(pending)
-        cut = _first_row_of_last_learner(table.column(key), table.column(key)[-1])
+        cut = _first_row_of_last_learner(pending, key)
         if cut == 0:  # one learner so far: wait for its end
             continue
+        table = pa.Table.from_batches(pending)
         yield table.slice(0, cut)
         rest = table.slice(cut)
         pending, rows = rest.to_batches(), rest.num_rows
@@ -310,10 +334,21 @@ def learner_tables(batches: Iterator[pa.RecordBatch] | pa.RecordBatchReader, max
         yield pa.Table.from_batches(pending)
 
 
-def _first_row_of_last_learner(learners: pa.ChunkedArray, last: pa.Scalar) -> int:
-    same = pc.equal(learners, last).to_numpy(zero_copy_only=False)
-    differ = np.flatnonzero(~same)
-    return int(differ[-1]) + 1 if len(differ) else 0
+def _first_row_of_last_learner(batches: list[pa.RecordBatch], key: str) -> int:
+    """Row (over all ``batches``) where the last learner's rows begin: searched from the end, so only
+    the batches that learner spans are read."""
+    last = batches[-1].column(key)[-1]
+    before = sum(b.num_rows for b in batches)
+    for batch in reversed(batches):
+        before -= batch.num_rows
+        column = batch.column(key)
+        if pa.types.is_integer(column.type) and column.null_count == 0:  # the scan's hashes: numpy's compare
+            differ = np.flatnonzero(column.to_numpy() != last.as_py())
+        else:
+            differ = np.flatnonzero(~pc.equal(column, last).to_numpy(zero_copy_only=False))
+        if len(differ):
+            return before + int(differ[-1]) + 1
+    return 0
 
 
 class ArrowIds(Sequence):
@@ -338,6 +373,10 @@ class ArrowIds(Sequence):
 
     def __iter__(self):
         return iter(self._values.slice(self._start, len(self)).to_pylist())
+
+    def arrow(self) -> pa.Array:
+        """The ids as an Arrow array (a zero-copy slice of the column)."""
+        return self._values.slice(self._start, len(self))
 
     def __add__(self, other) -> list:
         return list(self) + list(other)

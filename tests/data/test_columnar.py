@@ -52,8 +52,13 @@ def archive(tmp_path_factory):
     write_parquet([{**odd[0], "item_id": "second copy"}, odd[1]], day / "part-zz1.parquet")
     early = root / "event_date=2019-01-04"  # a first copy before a window's start, its later copy inside
     first = {"event_id": "x5", "learner_id": "u1", "item_id": "shadowed", "event_time": START_MS + 3 * DAY_MS + 1}
-    write_parquet([first], early / "part-zz0.parquet")
-    write_parquet([{**first, "event_time": START_MS + 3 * DAY_MS + 100}], early / "part-zz1.parquet")
+    # x6: a later copy in file order with an earlier time, so the learner order puts it right before its
+    # first copy (dropping the second of two equal neighbours would keep the wrong one)
+    back = {"event_id": "x6", "learner_id": "u1", "item_id": "shadowed", "event_time": START_MS + 3 * DAY_MS + 300}
+    write_parquet([first, back], early / "part-zz0.parquet")
+    write_parquet([{**first, "event_time": START_MS + 3 * DAY_MS + 100},
+                   {**back, "item_id": "back copy", "event_time": START_MS + 3 * DAY_MS + 200}],
+                  early / "part-zz1.parquet")
     (root / "event_date=none").mkdir()
     write_parquet([{"event_id": f"n{i}", "learner_id": "u2", "item_id": "q", "seq": i} for i in (3, 1)],
                   root / "event_date=none" / "part-0.parquet")
@@ -97,6 +102,7 @@ def test_scan_by_learner_equals_the_record_reader_in_learner_order(archive, wind
     cols = ["learner_id", "event_id", "item_id", "event_time"]
     assert got.select(cols).to_pylist() == [{c: r.get(c) for c in cols} for r in expected] and len(expected) > 1000
     assert (window[0] is None) == ("x5" in got.column("event_id").to_pylist())
+    assert [r["item_id"] for r in got.to_pylist() if r["event_id"] == "x6"] == ["shadowed"], "x6's first copy"
 
 
 def test_first_seen_is_the_vocabularies_order(archive):

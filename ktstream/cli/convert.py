@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 from ktstream.cli.main import UsageError
-from ktstream.cli.options import FORMATS
+from ktstream.cli.options import FORMATS, check_memory_limit
 
 OUTPUT_SUFFIXES = (".jsonl", ".parquet")
 CONVERTERS = [f for f in FORMATS if f != "events"]
@@ -60,9 +59,7 @@ def run(args: argparse.Namespace) -> int:
                 files = f"{path}/FILE.csv"
             raise UsageError(f"{path} is a folder; {args.format} reads files: name them (e.g. {files}); only ednet-kt1 "
                              f"reads a folder")
-    if args.memory_limit is not None and not re.fullmatch(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)",
-                                                          args.memory_limit, re.IGNORECASE):
-        raise UsageError(f"--memory-limit takes a size such as 512MB or 2GB, got {args.memory_limit!r}")
+    check_memory_limit(args.memory_limit)
     from connectors.datasets import convert
     from connectors.datasets.exceptions import DatasetFormatError
     options = {}

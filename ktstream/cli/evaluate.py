@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from ktstream.cli.main import UsageError
-from ktstream.cli.options import add_data, add_model, add_training, check_model, model_kwargs, set_threads, train_config
+from ktstream.cli.options import (add_data, add_model, add_training, check_memory_limit, check_model, model_kwargs,
+                                  set_threads, train_config)
 
 log = logging.getLogger("ktstream.evaluate")
 
@@ -51,6 +52,9 @@ def register(sub) -> None:
     add_data(p_, events=True, fold=False)
     p_.add_argument("--select-from", type=float, default=0.6, help="C1 as a quantile of event times")
     p_.add_argument("--test-from", type=float, default=0.8, help="C0 as a quantile of event times")
+    p_.add_argument("--memory-limit", metavar="SIZE", default="2GB",
+                    help="Parquet event logs: memory for ordering the log by learner (DuckDB, spilling to a "
+                         "temporary folder past it), e.g. 512MB (default 2GB)")
     for m in (b, p_):
         _common(m)
 
@@ -89,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
     src = resolve(args)  # names, paths and formats first: nothing is read before they are known to be right
     if args.protocol == "prequential":
         check_timestamped(src)
+        check_memory_limit(args.memory_limit)
         if not 0 <= args.select_from < args.test_from <= 1:
             raise UsageError(f"need 0 <= --select-from < --test-from <= 1, got {args.select_from} and {args.test_from}")
     check_model(args.model, kwargs)
@@ -102,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = train_config(args)
     started, cpu_started = time.time(), time.process_time()
     artifacts: dict = {}
+    write_splits = None
     if args.protocol == "benchmark":
         from ktstream.cli.sources import split_paths
 
@@ -112,6 +118,9 @@ def run(args: argparse.Namespace) -> int:
         result.update(dataset=src.label, format=src.format, fold=args.fold, rows=rows,
                       repeated_answers=repeated_answers(test, split_paths(src, args.fold), train + valid + test))
         version = f"{args.model}-{Path(src.label).name}-fold{args.fold}"
+    elif _parquet_log(src):
+        result, write_splits = _prequential_parquet(args, src, cfg, kwargs, artifacts)
+        version = f"{args.model}-{Path(src.label).name}-prequential"
     else:
         records = load_stream(src)
         if args.random_labels:
@@ -141,14 +150,14 @@ def run(args: argparse.Namespace) -> int:
         log.warning(warning)
     print(text)
     if args.out:
-        write_run(args.out, result, text, artifacts, version, (train, valid, test))
+        write_run(args.out, result, text, artifacts, version, write_splits or _record_splits(train, valid, test))
         print(f"wrote {args.out}: results.json, results.md, ckpt/, train/valid/test.parquet")
     return 0
 
 
-def write_run(out: Path, result: dict, text: str, artifacts: dict, version: str, splits: tuple) -> None:
-    """The run folder: results, the tested model with its fit.json (what selection read), the split records."""
-    from ktstream.data.eventlog import write_events
+def write_run(out: Path, result: dict, text: str, artifacts: dict, version: str, write_splits) -> None:
+    """The run folder: results, the tested model with its fit.json (what selection read), and the split
+    records (``write_splits(folder)`` writes train/valid/test.parquet)."""
     from ktstream.models.checkpoint import save_checkpoint
 
     out.mkdir(parents=True, exist_ok=True)
@@ -156,8 +165,60 @@ def write_run(out: Path, result: dict, text: str, artifacts: dict, version: str,
     (out / "results.md").write_text(text + "\n")
     ckpt = save_checkpoint(out / "ckpt", artifacts["model"].cpu(), artifacts["items"], artifacts["concepts"], version)
     (ckpt / "fit.json").write_text(json.dumps(result["fit"], indent=2, default=float))
-    for name, records in zip(("train", "valid", "test"), splits):
-        write_events(records, out / f"{name}.parquet")
+    write_splits(out)
+
+
+def _record_splits(*splits: list[dict]):
+    def write(out: Path) -> None:
+        from ktstream.data.eventlog import write_events
+
+        for name, records in zip(("train", "valid", "test"), splits):
+            write_events(records, out / f"{name}.parquet")
+    return write
+
+
+def _parquet_log(src) -> bool:
+    """A canonical log in Parquet only: the columnar path reads it (no record per event)."""
+    from connectors.datasets.splits import EVENTS, stream_inputs
+
+    return src.format == EVENTS and all(p.suffix == ".parquet" for p in stream_inputs(src.path, EVENTS))
+
+
+def _prequential_parquet(args: argparse.Namespace, src, cfg, kwargs: dict, artifacts: dict):
+    """The prequential protocol on Parquet event logs in columns (``evaluation.parquet_log``): the same
+    result and run folder as the record path, in about 40 bytes of memory per event."""
+    from connectors.datasets.splits import EVENTS, stream_inputs
+    from ktstream.data.columnar import ScanConfig
+    from ktstream.evaluation.parquet_log import ParquetLog, recode, response_table, suffix
+    from ktstream.evaluation.protocols import prequential_histories
+    from ktstream.leakage import GateConfig, answer_repeat_warning
+    from ktstream.leakage.random_labels import coin_flip_histories
+
+    log = ParquetLog(stream_inputs(src.path, EVENTS), ScanConfig(memory_limit=args.memory_limit))
+    n, undated = log.counts()
+    if n == undated:
+        raise UsageError(f"{src.label} has no event times: the prequential protocol needs a timestamped stream")
+    if undated:
+        raise UsageError(f"{src.label}: {undated} of {n} events have no event_time; the time-ordered protocol "
+                         f"needs one on every event (use `evaluate benchmark` for order-only data)")
+    c1, c0 = log.time_quantiles([args.select_from, args.test_from])
+    every_vocab = log.vocabularies()
+    everything = log.histories(*every_vocab)
+    flips = None
+    if args.random_labels:
+        everything = coin_flip_histories(everything, args.seed)
+        flips = response_table(everything)
+    train_vocab = log.vocabularies(before_ms=c1)
+    result = prequential_histories(args.model, recode(everything, every_vocab, train_vocab), *train_vocab, c1, c0,
+                                   cfg, kwargs, artifacts=artifacts)
+    result.update(dataset=src.label, format=src.format, rows="as given",
+                  repeated_answers=answer_repeat_warning(suffix(everything, c0), "test", [],
+                                                         GateConfig.max_repeated_share, everything))
+
+    def write(out: Path) -> None:
+        for name, lo, hi in (("train", None, c1), ("valid", c1, c0), ("test", c0, None)):
+            log.write_split(out / f"{name}.parquet", lo, hi, flips)
+    return result, write
 
 
 def table_row(result: dict) -> dict:

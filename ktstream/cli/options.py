@@ -41,6 +41,14 @@ def add_data(p: argparse.ArgumentParser, *, events: bool = False, fold: bool = T
     return g
 
 
+def check_memory_limit(value: str | None) -> None:
+    """A `UsageError` unless ``value`` (``--memory-limit``, a DuckDB memory limit) is None or a size."""
+    import re
+
+    if value is not None and not re.fullmatch(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", value, re.IGNORECASE):
+        raise UsageError(f"--memory-limit takes a size such as 512MB or 2GB, got {value!r}")
+
+
 def add_model(p: argparse.ArgumentParser, default: str | None = "dkt", required: bool = False):
     p.add_argument("--model", default=default, required=required, metavar="FAMILY",
                    help="model family (dkt, sakt, akt, ...: the list is in docs/models.md)")

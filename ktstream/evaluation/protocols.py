@@ -26,7 +26,9 @@ import numpy as np
 import torch
 
 from ktstream.data.histories import Histories, LearnerHistory, build_vocabularies, collate, encode
+from ktstream.data.vocab import Vocabulary
 from ktstream.exceptions import LeakageError
+from ktstream.evaluation.parquet_log import prefix
 from ktstream.models import create
 from ktstream.models.base import KTModel, State, where_state
 from ktstream.scoring.binary import summarize
@@ -90,22 +92,33 @@ def prequential_time(model_name: str, records: Sequence[dict], select_from_ms: i
     """Train before ``select_from_ms``, select on [select_from_ms, test_from_ms), test after; ``artifacts``,
     when given, receives the tested model and its vocabularies (to save a checkpoint), and the encoded
     histories with the served predictions and the scored positions (``histories``, ``probs``, ``scored``)."""
-    cfg = cfg or TrainConfig()
     if any(r.get("event_time") is None for r in records):
         raise ValueError("the time-ordered protocol needs an event_time on every event; "
                          "use the benchmark protocol for order-only datasets")
+    items, concepts = build_vocabularies(r for r in records if r["event_time"] < select_from_ms)
+    return prequential_histories(model_name, encode(records, items, concepts), items, concepts, select_from_ms,
+                                 test_from_ms, cfg, model_kwargs, serving_batch, artifacts)
+
+
+def prequential_histories(model_name: str, everything: Sequence[LearnerHistory], items: Vocabulary,
+                          concepts: Vocabulary, select_from_ms: int, test_from_ms: int,
+                          cfg: TrainConfig | None = None, model_kwargs: dict | None = None,
+                          serving_batch: int = 256, artifacts: dict | None = None) -> dict[str, Any]:
+    """`prequential_time` on every learner's whole history (event-time order, every event dated), encoded
+    with the vocabularies of the events before ``select_from_ms``: the training and selection windows
+    are the histories' prefixes before C1 and C0 (a large log's histories come from
+    ``parquet_log.ParquetLog``, without one record per event)."""
+    cfg = cfg or TrainConfig()
     if not select_from_ms < test_from_ms:
         raise ValueError("select_from must be earlier than test_from")
-    train_recs = [r for r in records if r["event_time"] < select_from_ms]
-    items, concepts = build_vocabularies(train_recs)  # statistics from the training window only
-    train = encode(train_recs, items, concepts)
-    before_test = encode([r for r in records if r["event_time"] < test_from_ms], items, concepts)
+    train = prefix(everything, select_from_ms)
+    before_test = prefix(everything, test_from_ms)
     valid_scored = [h.times * 1000.0 >= select_from_ms for h in before_test]
     torch.manual_seed(cfg.seed)
-    model = create(model_name, n_items=len(items), n_concepts=len(concepts),
-                   n_categories=n_categories_of(train_recs), **(model_kwargs or {}))
+    n_categories = max([2] + [1 + int(h.responses.max()) for h in train])
+    model = create(model_name, n_items=len(items), n_concepts=len(concepts), n_categories=n_categories,
+                   **(model_kwargs or {}))
     fit_result = fit(model, train, before_test, cfg, valid_scored=valid_scored)
-    everything = encode(records, items, concepts)
     model.cpu().eval()
     if artifacts is not None:
         artifacts.update(model=model, items=items, concepts=concepts)
@@ -113,7 +126,7 @@ def prequential_time(model_name: str, records: Sequence[dict], select_from_ms: i
     probs = serve_prequential(model, everything, test_scored, serving_batch)
     if artifacts is not None:
         artifacts.update(histories=everything, probs=probs, scored=test_scored)
-    counts = {"learners": len(everything), "train_interactions": len(train_recs),
+    counts = {"learners": len(everything), "train_interactions": sum(len(h) for h in train),
               "test_interactions": int(sum(s.sum() for s in test_scored)),
               "items": len(items) - 2, "concepts": len(concepts) - 2,
               "select_from_ms": select_from_ms, "test_from_ms": test_from_ms}

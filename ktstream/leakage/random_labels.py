@@ -21,6 +21,7 @@ real response. That is how expanded data leaks, and what pyKT's 0.64 shows.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from typing import Sequence
 
 import numpy as np
@@ -48,13 +49,22 @@ def coin_flip_labels(records: Sequence[dict], seed: int) -> list[dict]:
     new concepts) share it, as the row expansion copies the response; flipping each row on its
     own would hide exactly the leak the check is for.
     """
-    rng = np.random.default_rng(seed)
     items, concepts = build_vocabularies(records)  # only to group the rows
     flips: dict[str, int] = {}
-    for h in encode(records, items, concepts):
-        draws = rng.integers(0, 2, size=len(h))
-        flips.update(zip(h.event_ids, draws[interaction_groups(h)].tolist()))
+    for h in coin_flip_histories(encode(records, items, concepts), seed):
+        flips.update(zip(h.event_ids, h.responses.tolist()))
     return [{**r, "response": flips[r["event_id"]]} for r in records]
+
+
+def coin_flip_histories(histories: Sequence[LearnerHistory], seed: int) -> list[LearnerHistory]:
+    """`coin_flip_labels` on encoded histories (learner id order, vocabularies of all the events): the same
+    draws, without a record per event."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for h in histories:
+        draws = rng.integers(0, 2, size=len(h))
+        out.append(dataclasses.replace(h, responses=draws[interaction_groups(h)].astype(h.responses.dtype)))
+    return out
 
 
 def with_random_labels(histories: Sequence[LearnerHistory], n_categories: int,

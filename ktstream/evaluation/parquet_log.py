@@ -1,0 +1,132 @@
+"""A canonical Parquet event log for the time-ordered protocol, read in columns.
+
+``ktstream evaluate prequential --events FILE.parquet`` on a log of tens of millions of events cannot
+afford one Python dict per event (about 800 bytes each). `ParquetLog` answers what the protocol asks
+of the log with DuckDB and Arrow: the event-time quantiles that place C1 and C0, the vocabularies of
+the training window (ids in order of first appearance in the log, as ``Vocabulary.build`` over the
+records gives them), every learner's history as arrays (``columnar.scan_log`` ordered, `encode_table`
+encoded), and the split files of the run folder (written by DuckDB, rows in log order). The histories
+hold about 40 bytes per event, and the protocol's splits are prefixes of them (`prefix`).
+
+Everything here equals the record path's result on the same log: tests/evaluation/test_parquet_log.py
+runs both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from ktstream.data.columnar import ArrowIds, ScanConfig, _files_sql, connect, encode_table, learner_tables, scan_log
+from ktstream.data.histories import LearnerHistory
+from ktstream.data.vocab import Vocabulary
+
+
+class ParquetLog:
+    """One or more canonical Parquet logs read as one stream (file order, then row order)."""
+
+    def __init__(self, paths: Sequence[str | Path], cfg: ScanConfig | None = None):
+        self.paths = [Path(p) for p in paths]
+        bad = [p.name for p in self.paths if p.suffix != ".parquet"]
+        if bad:
+            raise ValueError(f"ParquetLog reads Parquet event logs only, not {', '.join(bad)}")
+        self.cfg = cfg or ScanConfig()
+        self.con = connect(self.cfg)
+        self._src = _files_sql(self.paths)
+
+    def _one(self, sql: str):
+        return self.con.execute(sql).fetchall()[0]
+
+    def counts(self) -> tuple[int, int]:
+        """(events, events without an event time)."""
+        n, undated = self._one(f"SELECT count(*), count(*) FILTER (WHERE event_time IS NULL) FROM {self._src}")
+        return int(n), int(undated)
+
+    def time_quantiles(self, qs: Sequence[float]) -> list[int]:
+        """``int(np.quantile(times, q))`` for each q (linear interpolation), over the dated events."""
+        values = self._one(f"SELECT {', '.join(f'quantile_cont(event_time, {float(q)!r})' for q in qs)} "
+                           f"FROM {self._src} WHERE event_time IS NOT NULL")
+        return [int(v) for v in values]
+
+    def vocabularies(self, before_ms: int | None = None) -> tuple[Vocabulary, Vocabulary]:
+        """Item and concept ids of the events before ``before_ms`` (all: None) in order of first appearance
+        in the log (a concept list in its own order)."""
+        where = "" if before_ms is None else f"WHERE event_time < {int(before_ms)}"
+        rows = f"SELECT *, file_index AS _f, file_row_number AS _r FROM {self._src} {where}"
+        items = self.con.execute(f"SELECT item_id FROM ({rows}) GROUP BY item_id ORDER BY min((_f, _r))").fetchall()
+        concepts = self.con.execute(
+            f"SELECT c FROM (SELECT unnest(concept_ids) AS c, generate_subscripts(concept_ids, 1) AS i, _f, _r "
+            f"FROM ({rows})) GROUP BY c ORDER BY min((_f, _r, i))").fetchall()
+        return Vocabulary([r[0] for r in items]), Vocabulary([r[0] for r in concepts])
+
+    def histories(self, items: Vocabulary, concepts: Vocabulary, table_events: int = 500_000) -> list[LearnerHistory]:
+        """Every learner's history (learner id order; per learner by event time, ``seq``, log order), encoded
+        with ``items`` and ``concepts``, built a table of whole learners at a time."""
+        item_values, concept_values = pa.array(items.ids, pa.string()), pa.array(concepts.ids, pa.string())
+        return [h for table in learner_tables(scan_log(self.paths, self.cfg, self.con), table_events)
+                for h in encode_table(table, items, concepts, arrow_ids=True, item_values=item_values,
+                                      concept_values=concept_values)]
+
+    def write_split(self, path: Path, start_ms: int | None, end_ms: int | None,
+                    responses: pa.Table | None = None) -> None:
+        """The events in [start_ms, end_ms) to ``path`` (Parquet, log order); ``responses`` (columns learner_id,
+        event_id, response) replaces their responses (the coin flips of a random-label run)."""
+        keep = [f"event_time >= {int(start_ms)}" if start_ms is not None else "true",
+                f"event_time < {int(end_ms)}" if end_ms is not None else "true"]
+        rows = (f"SELECT * EXCLUDE (file_row_number), file_index AS _f, file_row_number AS _r FROM {self._src} "
+                f"WHERE {' AND '.join(keep)}")
+        if responses is not None:
+            self.con.register("_ktstream_responses", responses)
+            rows = (f"SELECT l.* REPLACE (f.response::SMALLINT AS response) FROM ({rows}) l "
+                    f"JOIN _ktstream_responses f USING (learner_id, event_id)")
+        quoted = str(path).replace("'", "''")
+        try:
+            self.con.execute(f"COPY (SELECT * EXCLUDE (_f, _r) FROM ({rows}) ORDER BY _f, _r) TO '{quoted}' "
+                             f"(FORMAT parquet)")
+        finally:
+            if responses is not None:
+                self.con.unregister("_ktstream_responses")
+
+
+def response_table(histories: Sequence[LearnerHistory]) -> pa.Table:
+    """(learner_id, event_id, response) of every event of ``histories``, for `ParquetLog.write_split`."""
+    lengths = np.array([len(h) for h in histories], np.int64)
+    names = pa.array([h.learner_id for h in histories], pa.string())
+    ids = [h.event_ids.arrow() if isinstance(h.event_ids, ArrowIds) else pa.array(list(h.event_ids), pa.string())
+           for h in histories]
+    return pa.table({"learner_id": names.take(pa.array(np.repeat(np.arange(len(histories)), lengths))),
+                     "event_id": pa.concat_arrays(ids) if ids else pa.array([], pa.string()),
+                     "response": np.concatenate([h.responses for h in histories] or [np.zeros(0, np.int64)])})
+
+
+def recode(histories: Sequence[LearnerHistory], source: tuple[Vocabulary, Vocabulary],
+           target: tuple[Vocabulary, Vocabulary]) -> list[LearnerHistory]:
+    """The same histories with item and concept indices of ``source``'s vocabularies moved to ``target``'s
+    (ids ``target`` lacks become unknown): one scan serves every vocabulary the protocol needs."""
+    maps = [np.array([0, 1] + t.encode_all(s.ids), np.int64) for s, t in zip(source, target)]
+    return [LearnerHistory(h.learner_id, maps[0][h.items], maps[1][h.concepts], h.responses, h.times, h.step_start,
+                           h.event_ids) for h in histories]
+
+
+def prefix(histories: Sequence[LearnerHistory], end_ms: int) -> list[LearnerHistory]:
+    """Each learner's events before ``end_ms`` (learners with none left out): the records before
+    ``end_ms``, encoded, since a history is in event-time order."""
+    out = []
+    for h in histories:
+        n = int(np.searchsorted(h.times, end_ms / 1000.0, side="left"))
+        if n:
+            out.append(h if n == len(h) else h.slice(0, n))
+    return out
+
+
+def suffix(histories: Sequence[LearnerHistory], start_ms: int) -> list[LearnerHistory]:
+    """Each learner's events at or after ``start_ms`` (learners with none left out)."""
+    out = []
+    for h in histories:
+        n = int(np.searchsorted(h.times, start_ms / 1000.0, side="left"))
+        if n < len(h):
+            out.append(h if n == 0 else h.slice(n, len(h)))
+    return out

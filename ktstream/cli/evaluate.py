@@ -186,7 +186,7 @@ def _parquet_log(src) -> bool:
 
 def _prequential_parquet(args: argparse.Namespace, src, cfg, kwargs: dict, artifacts: dict):
     """The prequential protocol on Parquet event logs in columns (``evaluation.parquet_log``): the same
-    result and run folder as the record path, in about 40 bytes of memory per event."""
+    result and run folder as the record path, in about 70 bytes of memory per event for the log."""
     from connectors.datasets.splits import EVENTS, stream_inputs
     from ktstream.data.columnar import ScanConfig
     from ktstream.evaluation.parquet_log import ParquetLog, recode, response_table, suffix

@@ -145,20 +145,20 @@ def scan(folder: str | Path, start_ms: int | None = None, end_ms: int | None = N
 def _scan_by_learner(con: duckdb.DuckDBPyConnection, files: Sequence[Path], start_ms: int | None,
                      end_ms: int | None, columns: Sequence[str], batch_rows: int) -> pa.RecordBatchReader:
     """The "learner" order with the deduplication after the sort: DuckDB sorts every row of the files
-    once (no window over (learner, event id), which cost about as much again as the sort), with two
-    64-bit hashes, of the learner id and of (learner id, event id); the repeats, which share a learner,
-    are dropped in the learner-ordered stream a run of whole learners at a time (rows with equal hashes
-    compared by their ids: a collision drops nothing), then the time filter. The same rows as
+    once (no window over (learner, event id), which cost about as much again as the sort), with a 64-bit
+    hash of (learner id, event id); the repeats, which share a learner, are dropped in the
+    learner-ordered stream a run of whole learners at a time (rows with equal hashes compared by their
+    ids: a collision drops nothing), then the time filter. The same rows as
     ``deduplicated_sql`` ordered by ``ORDERS["learner"]``."""
     extra = [c for c in ("learner_id", "event_id", "event_time") if c not in columns]
-    sql = (f"SELECT {', '.join([*columns, *extra])}, hash(learner_id) AS _lh, hash(learner_id, event_id) AS _h, "
+    sql = (f"SELECT {', '.join([*columns, *extra])}, hash(learner_id, event_id) AS _h, "
            f"file_index AS _f, file_row_number AS _r FROM {_files_sql(files)} "
            f"ORDER BY {ORDERS['learner'].replace('fidx, frow', 'file_index, file_row_number')}")
     reader = con.sql(sql).to_arrow_reader(batch_rows)
     schema = pa.schema([reader.schema.field(c) for c in columns])
 
-    def runs() -> Iterator[pa.RecordBatch]:  # an equal hash never splits a learner across two runs
-        for table in learner_tables(reader, batch_rows, key="_lh"):
+    def runs() -> Iterator[pa.RecordBatch]:
+        for table in learner_tables(reader, batch_rows):
             yield from _distinct_in_range(table, start_ms, end_ms, columns)
 
     return pa.RecordBatchReader.from_batches(schema, runs())
@@ -309,11 +309,10 @@ def _first_seen_exact(files: Sequence[Path], before_ms: int, con: duckdb.DuckDBP
     return [r[0] for r in items], [r[0] for r in concepts]
 
 
-def learner_tables(batches: Iterator[pa.RecordBatch] | pa.RecordBatchReader, max_events: int,
-                   key: str = "learner_id") -> Iterator[pa.Table]:
+def learner_tables(batches: Iterator[pa.RecordBatch] | pa.RecordBatchReader,
+                   max_events: int) -> Iterator[pa.Table]:
     """Tables of whole learners from a learner-ordered stream, each about ``max_events`` rows (a
-    learner with more rows comes whole, alone): the unit that bounds the memory of building histories.
-    ``key`` is the column that names the learner (or any column equal within a learner)."""
+    learner with more rows comes whole, alone): the unit that bounds the memory of building histories."""
     pending: list[pa.RecordBatch] = []
     rows = 0
     for batch in batches:
@@ -323,7 +322,7 @@ def learner_tables(batches: Iterator[pa.RecordBatch] | pa.RecordBatchReader, max
         rows += batch.num_rows
         if rows < max_events:
             continue
-        cut = _first_row_of_last_learner(pending, key)
+        cut = _first_row_of_last_learner(pending)
         if cut == 0:  # one learner so far: wait for its end
             continue
         table = pa.Table.from_batches(pending)
@@ -334,18 +333,14 @@ def learner_tables(batches: Iterator[pa.RecordBatch] | pa.RecordBatchReader, max
         yield pa.Table.from_batches(pending)
 
 
-def _first_row_of_last_learner(batches: list[pa.RecordBatch], key: str) -> int:
+def _first_row_of_last_learner(batches: list[pa.RecordBatch]) -> int:
     """Row (over all ``batches``) where the last learner's rows begin: searched from the end, so only
     the batches that learner spans are read."""
-    last = batches[-1].column(key)[-1]
+    last = batches[-1].column("learner_id")[-1]
     before = sum(b.num_rows for b in batches)
     for batch in reversed(batches):
         before -= batch.num_rows
-        column = batch.column(key)
-        if pa.types.is_integer(column.type) and column.null_count == 0:  # the scan's hashes: numpy's compare
-            differ = np.flatnonzero(column.to_numpy() != last.as_py())
-        else:
-            differ = np.flatnonzero(~pc.equal(column, last).to_numpy(zero_copy_only=False))
+        differ = np.flatnonzero(~pc.equal(batch.column("learner_id"), last).to_numpy(zero_copy_only=False))
         if len(differ):
             return before + int(differ[-1]) + 1
     return 0

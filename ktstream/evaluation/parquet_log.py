@@ -6,7 +6,9 @@ of the log with DuckDB and Arrow: the event-time quantiles that place C1 and C0,
 the training window (ids in order of first appearance in the log, as ``Vocabulary.build`` over the
 records gives them), every learner's history as arrays (``columnar.scan_log`` ordered, `encode_table`
 encoded), and the split files of the run folder (written by DuckDB, rows in log order). The histories
-hold about 40 bytes per event, and the protocol's splits are prefixes of them (`prefix`).
+hold about 70 bytes per event (arrays and the event ids' Arrow column), and the protocol's windows are
+prefixes of them (`prefix`). DuckDB's memory, up to the configured limit, is held only while a query
+runs: each runs on a connection of its own.
 
 Everything here equals the record path's result on the same log: tests/evaluation/test_parquet_log.py
 runs both.
@@ -34,11 +36,16 @@ class ParquetLog:
         if bad:
             raise ValueError(f"ParquetLog reads Parquet event logs only, not {', '.join(bad)}")
         self.cfg = cfg or ScanConfig()
-        self.con = connect(self.cfg)
         self._src = _files_sql(self.paths)
 
+    def _query(self, sql: str) -> list[tuple]:
+        """Rows of one query, on a connection of its own (closed after: DuckDB keeps the memory of its
+        sorts until its connection closes)."""
+        with connect(self.cfg) as con:
+            return con.execute(sql).fetchall()
+
     def _one(self, sql: str):
-        return self.con.execute(sql).fetchall()[0]
+        return self._query(sql)[0]
 
     def counts(self) -> tuple[int, int]:
         """(events, events without an event time)."""
@@ -56,19 +63,20 @@ class ParquetLog:
         in the log (a concept list in its own order)."""
         where = "" if before_ms is None else f"WHERE event_time < {int(before_ms)}"
         rows = f"SELECT *, file_index AS _f, file_row_number AS _r FROM {self._src} {where}"
-        items = self.con.execute(f"SELECT item_id FROM ({rows}) GROUP BY item_id ORDER BY min((_f, _r))").fetchall()
-        concepts = self.con.execute(
+        items = self._query(f"SELECT item_id FROM ({rows}) GROUP BY item_id ORDER BY min((_f, _r))")
+        concepts = self._query(
             f"SELECT c FROM (SELECT unnest(concept_ids) AS c, generate_subscripts(concept_ids, 1) AS i, _f, _r "
-            f"FROM ({rows})) GROUP BY c ORDER BY min((_f, _r, i))").fetchall()
+            f"FROM ({rows})) GROUP BY c ORDER BY min((_f, _r, i))")
         return Vocabulary([r[0] for r in items]), Vocabulary([r[0] for r in concepts])
 
     def histories(self, items: Vocabulary, concepts: Vocabulary, table_events: int = 500_000) -> list[LearnerHistory]:
         """Every learner's history (learner id order; per learner by event time, ``seq``, log order), encoded
         with ``items`` and ``concepts``, built a table of whole learners at a time."""
         item_values, concept_values = pa.array(items.ids, pa.string()), pa.array(concepts.ids, pa.string())
-        return [h for table in learner_tables(scan_log(self.paths, self.cfg, self.con), table_events)
-                for h in encode_table(table, items, concepts, arrow_ids=True, item_values=item_values,
-                                      concept_values=concept_values)]
+        with connect(self.cfg) as con:
+            return [h for table in learner_tables(scan_log(self.paths, self.cfg, con), table_events)
+                    for h in encode_table(table, items, concepts, arrow_ids=True, item_values=item_values,
+                                          concept_values=concept_values)]
 
     def write_split(self, path: Path, start_ms: int | None, end_ms: int | None,
                     responses: pa.Table | None = None) -> None:
@@ -78,17 +86,14 @@ class ParquetLog:
                 f"event_time < {int(end_ms)}" if end_ms is not None else "true"]
         rows = (f"SELECT * EXCLUDE (file_row_number), file_index AS _f, file_row_number AS _r FROM {self._src} "
                 f"WHERE {' AND '.join(keep)}")
-        if responses is not None:
-            self.con.register("_ktstream_responses", responses)
-            rows = (f"SELECT l.* REPLACE (f.response::SMALLINT AS response) FROM ({rows}) l "
-                    f"JOIN _ktstream_responses f USING (learner_id, event_id)")
-        quoted = str(path).replace("'", "''")
-        try:
-            self.con.execute(f"COPY (SELECT * EXCLUDE (_f, _r) FROM ({rows}) ORDER BY _f, _r) TO '{quoted}' "
-                             f"(FORMAT parquet)")
-        finally:
+        with connect(self.cfg) as con:
             if responses is not None:
-                self.con.unregister("_ktstream_responses")
+                con.register("_ktstream_responses", responses)
+                rows = (f"SELECT l.* REPLACE (f.response::SMALLINT AS response) FROM ({rows}) l "
+                        f"JOIN _ktstream_responses f USING (learner_id, event_id)")
+            quoted = str(path).replace("'", "''")
+            con.execute(f"COPY (SELECT * EXCLUDE (_f, _r) FROM ({rows}) ORDER BY _f, _r) TO '{quoted}' "
+                        f"(FORMAT parquet)")
 
 
 def response_table(histories: Sequence[LearnerHistory]) -> pa.Table:

@@ -189,7 +189,8 @@ def _prequential_parquet(args: argparse.Namespace, src, cfg, kwargs: dict, artif
     result and run folder as the record path, in about 70 bytes of memory per event for the log."""
     from connectors.datasets.splits import EVENTS, stream_inputs
     from ktstream.data.columnar import ScanConfig
-    from ktstream.evaluation.parquet_log import ParquetLog, recode, response_table, suffix
+    from ktstream.data.histories import since
+    from ktstream.evaluation.parquet_log import ParquetLog, recode, response_table
     from ktstream.evaluation.protocols import prequential_histories
     from ktstream.leakage import GateConfig, answer_repeat_warning
     from ktstream.leakage.random_labels import coin_flip_histories
@@ -212,7 +213,7 @@ def _prequential_parquet(args: argparse.Namespace, src, cfg, kwargs: dict, artif
     result = prequential_histories(args.model, recode(everything, every_vocab, train_vocab), *train_vocab, c1, c0,
                                    cfg, kwargs, artifacts=artifacts)
     result.update(dataset=src.label, format=src.format, rows="as given",
-                  repeated_answers=answer_repeat_warning(suffix(everything, c0), "test", [],
+                  repeated_answers=answer_repeat_warning(since(everything, c0), "test", [],
                                                          GateConfig.max_repeated_share, everything))
 
     def write(out: Path) -> None:

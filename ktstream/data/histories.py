@@ -156,6 +156,41 @@ class LearnerHistory:
                               self.event_ids[start:stop])
 
 
+def count_before(h: LearnerHistory, limit_ms: int) -> int:
+    """How many of a time-ordered history's events come before ``limit_ms``."""
+    return int(np.searchsorted(h.times, limit_ms / 1000.0, side="left"))
+
+
+def part(h: LearnerHistory, start: int, stop: int) -> LearnerHistory:
+    """Positions ``start``..``stop`` of a history, its concept columns trimmed to the widest row among them
+    (as encoding those events alone makes them)."""
+    piece = h.slice(start, stop)
+    width = max(1, int((piece.concepts != 0).sum(1).max())) if stop > start else 1
+    piece.concepts = piece.concepts[:, :width]
+    return piece
+
+
+def before(histories: Sequence[LearnerHistory], end_ms: int) -> list[LearnerHistory]:
+    """Each learner's events before ``end_ms`` (learners with none left out): the records before ``end_ms``,
+    encoded, since a history is in event-time order."""
+    out = []
+    for h in histories:
+        n = count_before(h, end_ms)
+        if n:
+            out.append(h if n == len(h) else part(h, 0, n))
+    return out
+
+
+def since(histories: Sequence[LearnerHistory], start_ms: int) -> list[LearnerHistory]:
+    """Each learner's events at or after ``start_ms`` (learners with none left out)."""
+    out = []
+    for h in histories:
+        n = count_before(h, start_ms)
+        if n < len(h):
+            out.append(h if n == 0 else part(h, n, len(h)))
+    return out
+
+
 def applied_first(applied: torch.Tensor) -> torch.Tensor:
     """(B, T) index that moves each row's applied positions to its front, in order (a stable sort):
     ``x.gather(1, order)`` holds a row's applied interactions left-aligned, as the serving path sees them.

@@ -1,14 +1,14 @@
 """A canonical Parquet event log for the time-ordered protocol, read in columns.
 
 ``ktstream evaluate prequential --events FILE.parquet`` on a log of tens of millions of events cannot
-afford one Python dict per event (about 800 bytes each). `ParquetLog` answers what the protocol asks
-of the log with DuckDB and Arrow: the event-time quantiles that place C1 and C0, the vocabularies of
-the training window (ids in order of first appearance in the log, as ``Vocabulary.build`` over the
-records gives them), every learner's history as arrays (``columnar.scan_log`` ordered, `encode_table`
-encoded), and the split files of the run folder (written by DuckDB, rows in log order). The histories
-hold about 70 bytes per event (arrays and the event ids' Arrow column), and the protocol's windows are
-prefixes of them (`prefix`). DuckDB's memory, up to the configured limit, is held only while a query
-runs: each runs on a connection of its own.
+afford one Python dict per event (about 800 bytes each). `ParquetLog` answers what the protocol asks of
+the log with DuckDB and Arrow: the event-time quantiles that place C1 and C0, the vocabularies of the
+training window (ids in order of first appearance in the log, as ``Vocabulary.build`` over the records
+gives them), every learner's history as arrays (``columnar.scan_log`` ordered, `encode_table` encoded),
+and the split files of the run folder (written by DuckDB, rows in log order). The histories hold about
+70 bytes per event (arrays and the event ids' Arrow column), and the protocol's windows are prefixes of
+them (`histories.before`). DuckDB's memory, up to the configured limit, is held only while a query runs:
+each runs on a connection of its own.
 
 Everything here equals the record path's result on the same log: tests/evaluation/test_parquet_log.py
 runs both.
@@ -114,24 +114,3 @@ def recode(histories: Sequence[LearnerHistory], source: tuple[Vocabulary, Vocabu
     maps = [np.array([0, 1] + t.encode_all(s.ids), np.int64) for s, t in zip(source, target)]
     return [LearnerHistory(h.learner_id, maps[0][h.items], maps[1][h.concepts], h.responses, h.times, h.step_start,
                            h.event_ids) for h in histories]
-
-
-def prefix(histories: Sequence[LearnerHistory], end_ms: int) -> list[LearnerHistory]:
-    """Each learner's events before ``end_ms`` (learners with none left out): the records before
-    ``end_ms``, encoded, since a history is in event-time order."""
-    out = []
-    for h in histories:
-        n = int(np.searchsorted(h.times, end_ms / 1000.0, side="left"))
-        if n:
-            out.append(h if n == len(h) else h.slice(0, n))
-    return out
-
-
-def suffix(histories: Sequence[LearnerHistory], start_ms: int) -> list[LearnerHistory]:
-    """Each learner's events at or after ``start_ms`` (learners with none left out)."""
-    out = []
-    for h in histories:
-        n = int(np.searchsorted(h.times, start_ms / 1000.0, side="left"))
-        if n < len(h):
-            out.append(h if n == 0 else h.slice(n, len(h)))
-    return out

@@ -25,10 +25,9 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ktstream.data.histories import Histories, LearnerHistory, build_vocabularies, collate, encode
+from ktstream.data.histories import Histories, LearnerHistory, before, build_vocabularies, collate, encode
 from ktstream.data.vocab import Vocabulary
 from ktstream.exceptions import LeakageError
-from ktstream.evaluation.parquet_log import prefix
 from ktstream.models import create
 from ktstream.models.base import KTModel, State, where_state
 from ktstream.scoring.binary import summarize
@@ -111,8 +110,8 @@ def prequential_histories(model_name: str, everything: Sequence[LearnerHistory],
     cfg = cfg or TrainConfig()
     if not select_from_ms < test_from_ms:
         raise ValueError("select_from must be earlier than test_from")
-    train = prefix(everything, select_from_ms)
-    before_test = prefix(everything, test_from_ms)
+    train = before(everything, select_from_ms)
+    before_test = before(everything, test_from_ms)
     valid_scored = [h.times * 1000.0 >= select_from_ms for h in before_test]
     torch.manual_seed(cfg.seed)
     n_categories = max([2] + [1 + int(h.responses.max()) for h in train])

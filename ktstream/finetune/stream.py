@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow as pa
 
 from ktstream.data.columnar import ScanConfig, connect, encode_table, learner_tables, scan
-from ktstream.data.histories import LearnerHistory
+from ktstream.data.histories import LearnerHistory, part
 from ktstream.data.vocab import Vocabulary
-from ktstream.finetune.windows import assert_before, prefix
+from ktstream.finetune.windows import assert_before
 from ktstream.training.trainer import _batches
 
 
@@ -52,7 +52,7 @@ class ArchiveTrainingData:
                 n = len(h) if h.times[-1] < cutoff_s else int(np.searchsorted(h.times, cutoff_s, side="left"))
                 if n == 0:
                     continue
-                parts = self._segments(h if n == len(h) else prefix(h, n))
+                parts = self._segments(h if n == len(h) else part(h, 0, n))
                 buffer += parts
                 size += n
                 if size >= self.budget_events:

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ktstream.data.columnar import ScanConfig, connect, encode_table, first_seen, learner_tables, scan
-from ktstream.data.histories import LearnerHistory, build_vocabularies, encode
+from ktstream.data.histories import LearnerHistory, build_vocabularies, count_before, encode, part
 from ktstream.data.vocab import Vocabulary
 from ktstream.exceptions import LeakageError
 from ktstream.finetune.exceptions import FinetuneError
@@ -118,19 +118,6 @@ def build_windows(records: Iterable[dict[str, Any]], cutoff_ms: int, horizon_ms:
     return data
 
 
-def prefix(h: LearnerHistory, n: int) -> LearnerHistory:
-    """The first ``n`` positions of a time-ordered history, its concept columns trimmed to the widest row
-    among them (as encoding those positions alone makes them)."""
-    part = h.slice(0, n)
-    width = max(1, int((part.concepts != 0).sum(1).max())) if n else 1
-    part.concepts = part.concepts[:, :width]
-    return part
-
-
-def _count_before(h: LearnerHistory, limit_ms: int) -> int:
-    return int(np.searchsorted(h.times, limit_ms / 1000.0, side="left"))  # times ascend: those < limit
-
-
 def archive_vocabularies(folder, cutoff_ms: int, files_end_ms: int, base: tuple[Vocabulary, Vocabulary] | None,
                          con=None) -> tuple[Vocabulary, Vocabulary]:
     """Item and concept vocabularies of the archive's events < cutoff (``base``'s ids first), as
@@ -159,11 +146,11 @@ def build_windows_from_archive(folder, cutoff_ms: int, horizon_ms: int,
     for table in learner_tables(scan(folder, end_ms=C + 2 * H, order="learner", cfg=cfg, con=con), max_events):
         for h in encode_table(table, items, concepts):
             judge.append(h)
-            n_train, n_select = _count_before(h, C), _count_before(h, C + H)
+            n_train, n_select = count_before(h, C), count_before(h, C + H)
             if n_select:
-                select.append(h if n_select == len(h) else prefix(h, n_select))
+                select.append(h if n_select == len(h) else part(h, 0, n_select))
             if n_train:
-                train.append(h if n_train == len(h) else prefix(h, n_train))
+                train.append(h if n_train == len(h) else part(h, 0, n_train))
                 max_k = max(max_k, int(h.responses[:n_train].max()))
                 n_before += n_train
     assert_before(train, C, "training")

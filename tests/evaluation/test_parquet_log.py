@@ -9,7 +9,8 @@ import pytest
 
 from ktstream.cli.main import main
 from ktstream.data.eventlog import read_events, write_events
-from ktstream.evaluation.parquet_log import ParquetLog, prefix, recode
+from ktstream.data.histories import before
+from ktstream.evaluation.parquet_log import ParquetLog, recode
 from ktstream.evaluation.protocols import prequential_histories, prequential_time
 from ktstream.leakage.random_labels import coin_flip_histories, coin_flip_labels
 from ktstream.training.trainer import TrainConfig
@@ -74,9 +75,9 @@ def test_vocabularies_and_histories_equal_the_records(logs, files):
     assert log.time_quantiles([0.6, 0.8]) == [c1, c0]
     from ktstream.data.histories import build_vocabularies, encode
 
-    for before in (None, c1):
-        items, concepts = build_vocabularies(r for r in records if before is None or r["event_time"] < before)
-        got = log.vocabularies(before)
+    for cut in (None, c1):
+        items, concepts = build_vocabularies(r for r in records if cut is None or r["event_time"] < cut)
+        got = log.vocabularies(cut)
         assert (got[0].ids, got[1].ids) == (items.ids, concepts.ids)
     train_vocab = build_vocabularies(r for r in records if r["event_time"] < c1)
     expected = encode(records, *train_vocab)
@@ -87,7 +88,7 @@ def test_vocabularies_and_histories_equal_the_records(logs, files):
         for name in ("items", "concepts", "responses", "times", "step_start"):
             np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=f"{name} of {a.learner_id}")
         assert list(a.event_ids) == list(b.event_ids)
-    assert [h.learner_id for h in prefix(got, c1)] == [h.learner_id for h in encode(
+    assert [h.learner_id for h in before(got, c1)] == [h.learner_id for h in encode(
         [r for r in records if r["event_time"] < c1], *train_vocab)]
 
 

@@ -24,9 +24,10 @@ from connectors.datasets.dkt_csv import dkt_csv_events
 from connectors.datasets.dkt_synthetic import dkt_synthetic_events
 from connectors.datasets.dkvmn import dkvmn_events
 from connectors.datasets.ednet_kt1 import ednet_kt1_events
+from connectors.datasets.event_logs import event_log_events
 from connectors.datasets.exceptions import DatasetFormatError
 from connectors.datasets.records import PathLike
-from connectors.datasets.splits import DATASET_FORMATS, SplitFiles, data_root, dataset_dir, split_files
+from connectors.datasets.splits import DATASET_FORMATS, EVENTS, SplitFiles, data_root, dataset_dir, split_files
 from connectors.datasets.stats import ConversionStats
 from ktstream.schema import Event
 
@@ -117,10 +118,13 @@ def _validated(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def _converter(format: str) -> Callable[..., Iterator[dict[str, Any]]]:
+    """The converter of ``format``: a data set's (``CONVERTERS``) or ``"events"``, a canonical log rewritten."""
+    if format == EVENTS:
+        return event_log_events
     try:
         return CONVERTERS[format]
     except KeyError:
-        raise ValueError(f"unknown format {format!r}; known formats: {sorted(CONVERTERS)}") from None
+        raise ValueError(f"unknown format {format!r}; known formats: {sorted([*CONVERTERS, EVENTS])}") from None
 
 
 __all__ = [

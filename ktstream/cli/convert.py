@@ -1,5 +1,8 @@
 """`ktstream convert`: turn a public KT data set into the canonical event log and print what happened.
 
+``ktstream convert events LOG.jsonl -o LOG.parquet`` rewrites a canonical log (each record validated) in the
+other form, streaming: a large JSON-lines log becomes the Parquet log the columnar readers take.
+
 The converters live in ``connectors.datasets`` (ktstream itself reads only the
 canonical log); this command is the thin shell around them. The printed
 statistics (rows in, interactions out, rows merged, learners, ...) are the
@@ -16,7 +19,7 @@ from ktstream.cli.main import UsageError
 from ktstream.cli.options import FORMATS, check_memory_limit
 
 OUTPUT_SUFFIXES = (".jsonl", ".parquet")
-CONVERTERS = [f for f in FORMATS if f != "events"]
+CONVERTERS = list(FORMATS)  # the data sets' formats and "events" (a canonical log)
 
 
 def register(sub) -> None:
@@ -26,7 +29,7 @@ def register(sub) -> None:
         epilog="formats: " + ", ".join(sorted(CONVERTERS))
                + ". Options apply only to the formats named in their help; giving one to another format is an error.")
     p.add_argument("format", choices=sorted(CONVERTERS), metavar="FORMAT", help="source format")
-    p.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="source file(s) (ednet-kt1: also folders)")
+    p.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="source file(s) (ednet-kt1: also folders; events: .jsonl or .parquet logs)")
     p.add_argument("-o", "--out", required=True, type=Path, metavar="FILE", help="output path, .jsonl or .parquet")
     p.add_argument("--keep-repeated-rows", action="store_true", default=None,
                    help="akt, assistments-raw: keep multi-skill repeat rows as separate interactions "

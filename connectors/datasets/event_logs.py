@@ -18,18 +18,16 @@ import pydantic
 
 from connectors.datasets.exceptions import DatasetFormatError
 from connectors.datasets.records import PathLike, as_paths
+from connectors.datasets.splits import EVENT_SUFFIXES
 from connectors.datasets.stats import ConversionStats
 from ktstream.schema import Event
-
-SUFFIXES = (".jsonl", ".parquet")
-
 
 def event_log_events(inputs: PathLike | Iterable[PathLike], stats: ConversionStats) -> Iterator[dict[str, Any]]:
     """Canonical records of the event logs ``inputs`` (.jsonl or .parquet), in file order, each validated."""
     paths = as_paths(inputs)
     for path in paths:
-        if path.suffix not in SUFFIXES:
-            raise DatasetFormatError(f"{path}: an event log ends in {' or '.join(SUFFIXES)}")
+        if path.suffix not in EVENT_SUFFIXES:
+            raise DatasetFormatError(f"{path}: an event log ends in {' or '.join(EVENT_SUFFIXES)}")
     for path in paths:
         for where, text in _lines(path):
             try:

@@ -19,17 +19,17 @@ from ktstream.cli.main import UsageError
 from ktstream.cli.options import FORMATS, check_memory_limit
 
 OUTPUT_SUFFIXES = (".jsonl", ".parquet")
-CONVERTERS = list(FORMATS)  # the data sets' formats and "events" (a canonical log)
 
 
 def register(sub) -> None:
     p = sub.add_parser(
         "convert", help="convert a public KT data set to the canonical event log (JSONL or Parquet)",
         description=__doc__.split("\n")[0].split(": ", 1)[1],
-        epilog="formats: " + ", ".join(sorted(CONVERTERS))
+        epilog="formats: " + ", ".join(sorted(FORMATS))
                + ". Options apply only to the formats named in their help; giving one to another format is an error.")
-    p.add_argument("format", choices=sorted(CONVERTERS), metavar="FORMAT", help="source format")
-    p.add_argument("inputs", nargs="+", type=Path, metavar="INPUT", help="source file(s) (ednet-kt1: also folders; events: .jsonl or .parquet logs)")
+    p.add_argument("format", choices=sorted(FORMATS), metavar="FORMAT", help="source format")
+    p.add_argument("inputs", nargs="+", type=Path, metavar="INPUT",
+                   help="source file(s) (ednet-kt1: also folders; events: .jsonl or .parquet logs)")
     p.add_argument("-o", "--out", required=True, type=Path, metavar="FILE", help="output path, .jsonl or .parquet")
     p.add_argument("--keep-repeated-rows", action="store_true", default=None,
                    help="akt, assistments-raw: keep multi-skill repeat rows as separate interactions "

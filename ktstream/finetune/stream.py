@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from ktstream.data.columnar import ScanConfig, connect, encode_table, learner_tables, scan
-from ktstream.data.histories import LearnerHistory, part
+from ktstream.data.histories import LearnerHistory, count_before, part
 from ktstream.data.vocab import Vocabulary
 from ktstream.finetune.windows import assert_before
 from ktstream.training.trainer import _batches
@@ -45,11 +45,11 @@ class ArchiveTrainingData:
         reader = scan(self.folder, end_ms=self.cutoff_ms, order="learner", cfg=self.cfg, con=connect(self.cfg))
         items, concepts = pa.array(self.items.ids, pa.string()), pa.array(self.concepts.ids, pa.string())
         buffer: list[LearnerHistory] = []
-        size, cutoff_s = 0, self.cutoff_ms / 1000.0
+        size = 0
         for table in learner_tables(reader, self.table_events):
             for h in encode_table(table, self.items, self.concepts, arrow_ids=True, item_values=items,
                                   concept_values=concepts):
-                n = len(h) if h.times[-1] < cutoff_s else int(np.searchsorted(h.times, cutoff_s, side="left"))
+                n = count_before(h, self.cutoff_ms)
                 if n == 0:
                     continue
                 parts = self._segments(h if n == len(h) else part(h, 0, n))

@@ -291,14 +291,14 @@ def one_run(model: str, kwargs: dict, lr: float, seed: int, args, protocol: str,
 
     cfg = _cfg(args, seed, lr)
     artifacts: dict = {}
-    cpu = time.process_time()
+    cpu, wall = time.process_time(), time.perf_counter()
     if protocol == "benchmark":
         tr, va, te = splits["train"], splits["valid"], splits["test"]
         result = benchmark(model, tr, va, te, cfg, kwargs, artifacts)
     else:
         c1, c0 = splits["c1"], splits["c0"]
         result = prequential_time(model, splits["records"], c1, c0, cfg, kwargs, artifacts=artifacts)
-    cpu_minutes = (time.process_time() - cpu) / 60
+    cpu_minutes, wall_minutes = (time.process_time() - cpu) / 60, (time.perf_counter() - wall) / 60
     first5, overall, hs = first_auc(artifacts["model"], artifacts["items"], artifacts["concepts"], protocol,
                                     splits.get("test", []), None if protocol == "benchmark" else artifacts)
     us, state_bytes = serving_cost(artifacts["model"], hs)
@@ -313,6 +313,7 @@ def one_run(model: str, kwargs: dict, lr: float, seed: int, args, protocol: str,
     return {"model": model, "seed": seed, "lr": lr, "test_auc": t["auc"], "auc_overall_recomputed": overall,
             "auc_first5": first5, "accuracy": t["accuracy"], "log_loss": t["log_loss"], "n": t["n"],
             "auc_by_history_length": t.get("auc_by_history_length"), "best_epoch": result["fit"]["best_epoch"],
+            "best_valid": result["fit"]["best_valid"], "wall_minutes": wall_minutes,
             "random_label_auc": coin["test"]["auc"],
             "random_label_bound": null_bound(n1, coin["test"]["n"] - n1, gate.z, gate.min_bound),
             "cpu_minutes": cpu_minutes, "serve_us_per_event": us, "state_bytes_per_learner": state_bytes,

@@ -13,8 +13,11 @@ gradient keep ``grad = None``, as in one process, so Adam skips them alike.
 Backends: ``gloo`` on CPU, ``nccl`` on CUDA (one GPU per rank, ``LOCAL_RANK``). Launched with torchrun,
 which sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT::
 
-    torchrun --nproc_per_node=2 -m ktstream.training.distributed            # a short check run, gloo
-    torchrun --nproc_per_node=1 -m ktstream.training.distributed --cuda     # the NCCL path on one GPU
+    torchrun --nproc_per_node=2 -m ktstream.training.distributed                           # a check run, gloo
+    torchrun --nproc_per_node=1 -m ktstream.training.distributed --backend nccl --device cuda
+    python -m ktstream.training.distributed --backend none --save one.safetensors           # the reference
+
+``bench/ddp_check.sh`` runs these and compares the weights they end at.
 
 Each rank also computes the validation metric on the whole validation set (all ranks hold the same
 weights, so they make the same early-stopping decision); rank 0 alone writes checkpoints.
@@ -85,38 +88,70 @@ class DataParallel:
 def init(backend: str | None = None) -> DataParallel:
     """Join the process group torchrun describes (env://); gloo on CPU, nccl where CUDA is present."""
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
     dist.init_process_group(backend)
     return DataParallel.from_group()
 
 
 def _check(args: argparse.Namespace) -> None:
-    """A short data-parallel run: DKT on a simulated stream, printing a checksum of the final weights."""
+    """A short run of DKT on a simulated stream, in float64 without dropout (so that every backend and
+    world size trains the same weights to rounding); rank 0 saves them to ``--save``."""
+    from safetensors.torch import save_file
+
     from ktstream.data.histories import build_vocabularies, encode
     from ktstream.data.simulate import simulate
     from ktstream.models import create
     from ktstream.training.trainer import TrainConfig, fit
 
-    parallel = init("nccl" if args.cuda else "gloo")
-    device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if args.cuda else "cpu"
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: this torch sees no CUDA device")
+    parallel = init(args.backend) if args.backend != "none" else None
+    local = int(os.environ.get("LOCAL_RANK", 0)) % max(torch.cuda.device_count(), 1)
+    device = f"cuda:{local}" if args.device == "cuda" else "cpu"
     recs = simulate(n_learners=args.learners, n_items=40, n_concepts=8, mean_length=60, seed=0)
     items, concepts = build_vocabularies(recs)
     hs = encode(recs, items, concepts)
     torch.manual_seed(0)
-    model = create("dkt", n_items=len(items), n_concepts=len(concepts), n_categories=2, dim=16, hidden=24)
-    cfg = TrainConfig(epochs=args.epochs, batch_tokens=800, lr=1e-2, device=device, progress=False)
+    model = create("dkt", n_items=len(items), n_concepts=len(concepts), n_categories=2, dim=16, hidden=24,
+                   dropout=0.0).double()
+    cfg = TrainConfig(epochs=args.epochs, batch_tokens=800, lr=1e-2, patience=args.epochs, chunk=10_000,
+                      device=device, progress=False)
     result = fit(model, hs[: len(hs) * 3 // 4], hs[len(hs) * 3 // 4 :], cfg, parallel=parallel)
+    rank, world = (parallel.rank, parallel.world) if parallel else (0, 1)
     checksum = sum(float(p.detach().double().sum()) for p in model.parameters())
-    print(f"rank {parallel.rank}/{parallel.world} backend {dist.get_backend()} device {device}: "
-          f"best epoch {result.best_epoch} valid auc {result.best_valid:.6f} weight checksum {checksum:.10f}",
+    print(f"rank {rank}/{world} backend {dist.get_backend() if parallel else 'none'} device {device}: "
+          f"best epoch {result.best_epoch} valid auc {result.best_valid:.6f} weight checksum {checksum:.12f}",
           flush=True)
-    dist.destroy_process_group()
+    if args.save and rank == 0:
+        save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, args.save)
+    if parallel:
+        dist.destroy_process_group()
+
+
+def _compare(paths: Sequence[str]) -> None:
+    """The largest weight difference of each saved run from the first; exit 1 past 1e-9."""
+    from safetensors.torch import load_file
+
+    first = load_file(paths[0])
+    worst = 0.0
+    for path in paths[1:]:
+        other = load_file(path)
+        assert other.keys() == first.keys(), f"{path}: other parameters than {paths[0]}"
+        diff = max(float((first[k] - other[k]).abs().max()) for k in first)
+        worst = max(worst, diff)
+        print(f"{path}: largest weight difference from {paths[0]} {diff:.3g}")
+    raise SystemExit(0 if worst <= 1e-9 else f"weights differ by {worst:.3g} (> 1e-9)")
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=_check.__doc__)
-    parser.add_argument("--cuda", action="store_true", help="NCCL on this rank's GPU (default: gloo on CPU)")
+    parser.add_argument("--backend", choices=["gloo", "nccl", "none"], default="gloo",
+                        help="process group backend; none: one process, no group (the reference)")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--learners", type=int, default=64)
     parser.add_argument("--epochs", type=int, default=2)
-    _check(parser.parse_args())
+    parser.add_argument("--save", help="rank 0 writes its final weights here (safetensors)")
+    parser.add_argument("--compare", nargs="+", metavar="FILE", help="compare saved weights instead of training")
+    args = parser.parse_args()
+    _compare(args.compare) if args.compare else _check(args)

@@ -45,8 +45,10 @@ def test_plan_before_test_data_and_table_equals_runs(toy, tmp_path, monkeypatch)
     for key in ("test_auc", "auc_first5", "accuracy", "log_loss", "random_label_auc", "cpu_minutes",
                 "serve_us_per_event"):
         assert row[key] == pytest.approx(sum(r[key] for r in runs) / 2)
+    # the selection run at seed 0 and the table's seed-0 run are one training: the same validation score
+    assert runs[0]["best_valid"] == pytest.approx(run_plan["valid_by_lr"][str(run_plan["lr"])], abs=1e-12)
     for r in runs:
-        assert r["lr"] == run_plan["lr"]
+        assert r["lr"] == run_plan["lr"] and r["wall_minutes"] > 0
         assert r["auc_overall_recomputed"] == pytest.approx(r["test_auc"], abs=1e-9)
         assert abs(r["random_label_auc"] - 0.5) < 0.25
         assert r["state_bytes_per_learner"] > 0 and r["serve_us_per_event"] > 0

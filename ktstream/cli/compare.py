@@ -53,7 +53,9 @@ def register(sub) -> None:
     p.add_argument("--lr", type=float, default=TRAIN_DEFAULTS["lr"], help="learning rate (without --lr-grid)")
     p.add_argument("--lr-grid", default=None, metavar="LR,LR",
                    help="learning rates to choose from per model and data set, on validation only")
-    p.add_argument("--seeds", type=int, default=1, help="seeds 0..N-1 per configuration")
+    p.add_argument("--seeds", type=int, default=1, help="seeds per configuration: K..K+N-1 (K: --first-seed)")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="the first seed, to add seeds to an earlier run's without repeating them")
     p.add_argument("--max-learners", type=int, default=None,
                    help="keep at most this many learners per split (by id hash; smoke runs)")
     p.add_argument("--select-from", type=float, default=0.6, help="prequential: C1 as a quantile of event times")
@@ -184,6 +186,7 @@ def make_plan(args, models: list[str], kw: dict, srcs: list) -> dict:
     grid = [float(x) for x in args.lr_grid.split(",")] if args.lr_grid else [args.lr]
     plan: dict[str, Any] = {"written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "budget": {"epochs": args.epochs, "patience": args.patience, "seeds": args.seeds,
+                                       "first_seed": args.first_seed,
                                        "threads": args.threads, "max_learners": args.max_learners,
                                        "fold": args.fold, "lr_grid": grid},
                             "selection": "learning rate by best validation score at seed 0; no test data read",
@@ -340,8 +343,8 @@ def run(args: argparse.Namespace) -> int:
     for m in models:
         check_model(m, kw[m])
     srcs = sources(args)
-    if args.seeds < 1:
-        raise UsageError("--seeds must be at least 1")
+    if args.seeds < 1 or args.first_seed < 0:
+        raise UsageError("--seeds must be at least 1 and --first-seed at least 0")
     set_threads(args)
     from ktstream.cli.sources import rows_policy
     from ktstream.scoring.binary import format_table
@@ -364,7 +367,7 @@ def run(args: argparse.Namespace) -> int:
             splits, rows = {"records": records, "c1": c1, "c0": c0}, "as given"
         for model in models:
             runs = [one_run(model, kw[model], lr_of[(label, model)], s, args, proto, splits)
-                    for s in range(args.seeds)]
+                    for s in range(args.first_seed, args.first_seed + args.seeds)]
             for r in runs:
                 r.update(dataset=label, protocol=proto)
             every += runs

@@ -52,6 +52,12 @@ def test_plan_before_test_data_and_table_equals_runs(toy, tmp_path, monkeypatch)
         assert r["auc_overall_recomputed"] == pytest.approx(r["test_auc"], abs=1e-9)
         assert abs(r["random_label_auc"] - 0.5) < 0.25
         assert r["state_bytes_per_learner"] > 0 and r["serve_us_per_event"] > 0
+    # more seeds later: --first-seed 1 repeats the run of seed 1, and only it
+    more = tmp_path / "more"
+    assert main(["compare", "--models", "dkt", "--data", str(toy), "--format", "dkvmn", "--lr", str(run_plan["lr"]),
+                 "--seeds", "1", "--first-seed", "1", *TINY, "-o", str(more)]) == 0
+    (again,) = json.loads((more / "table.json").read_text())["runs"]
+    assert again["seed"] == 1 and again["test_auc"] == pytest.approx(runs[1]["test_auc"], abs=1e-9)
     md = (out / "table.md").read_text()
     assert all(c in md.splitlines()[0] for c in compare.COLUMNS)
     html = (out / "report.html").read_text()

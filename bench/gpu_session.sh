@@ -13,7 +13,7 @@ sweep=${1:?usage: bench/gpu_session.sh SWEEP}
 OUT=${OUT:-/tmp/gpu-session}; mkdir -p "$OUT"; runs=$(mktemp -d)
 deadline=$(( $(date +%s) + ${DEADLINE:-420} ))
 extra=(--device cuda --threads 1); [[ -n "${SMOKE:-}" ]] && extra=(--device cpu --threads 1 --epochs 1 --patience 1 --max-learners 30)
-left() { echo $(( deadline - $(date +%s) )); }
+left() { echo $(( deadline - $(date +%s) )); }  # never 0 in a timeout: that would mean none
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1; nproc
   python -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"; } > "$OUT/summary.txt" 2>&1
 if [[ -z "${SMOKE:-}" ]]; then
@@ -22,6 +22,7 @@ if [[ -z "${SMOKE:-}" ]]; then
 fi
 while read -r name args; do
   [[ -z "$name" || "$name" == \#* ]] && continue
+  if (( $(left) < 10 )); then echo "$name not started: the deadline is near" >> "$OUT/summary.txt"; continue; fi
   ( # shellcheck disable=SC2086
     timeout -k 5 "$(left)" python -m ktstream.cli.main compare $args "${extra[@]}" -o "$runs/$name" \
       > "$runs/$name.log" 2>&1

@@ -22,6 +22,7 @@ from connectors.datasets.splits import EVENT_SUFFIXES
 from connectors.datasets.stats import ConversionStats
 from ktstream.schema import Event
 
+
 def event_log_events(inputs: PathLike | Iterable[PathLike], stats: ConversionStats) -> Iterator[dict[str, Any]]:
     """Canonical records of the event logs ``inputs`` (.jsonl or .parquet), in file order, each validated."""
     paths = as_paths(inputs)

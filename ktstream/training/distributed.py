@@ -85,11 +85,16 @@ class DataParallel:
             offset += n
 
 
+def _local_gpu() -> int:
+    """This rank's GPU: torchrun's LOCAL_RANK, wrapped around the GPUs there are (ranks may share one)."""
+    return int(os.environ.get("LOCAL_RANK", 0)) % max(torch.cuda.device_count(), 1)
+
+
 def init(backend: str | None = None) -> DataParallel:
     """Join the process group torchrun describes (env://); gloo on CPU, nccl where CUDA is present."""
     backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
     if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+        torch.cuda.set_device(_local_gpu())
     dist.init_process_group(backend)
     return DataParallel.from_group()
 
@@ -107,8 +112,7 @@ def _check(args: argparse.Namespace) -> None:
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: this torch sees no CUDA device")
     parallel = init(args.backend) if args.backend != "none" else None
-    local = int(os.environ.get("LOCAL_RANK", 0)) % max(torch.cuda.device_count(), 1)
-    device = f"cuda:{local}" if args.device == "cuda" else "cpu"
+    device = f"cuda:{_local_gpu()}" if args.device == "cuda" else "cpu"
     recs = simulate(n_learners=args.learners, n_items=40, n_concepts=8, mean_length=60, seed=0)
     items, concepts = build_vocabularies(recs)
     hs = encode(recs, items, concepts)

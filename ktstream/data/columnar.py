@@ -6,13 +6,18 @@ streams the rows back as Arrow record batches, in one of two orders:
 
 - ``"time"``: event time, learner id, ``seq`` (absent: 0), file order; undated events last, in file order
   (``read_archive``'s order);
-- ``"learner"``: learner id, event time, ``seq``, file order (each learner's rows together, in the
-  per-learner order that ``ktstream.data.histories.group_by_learner`` gives the same dated records;
-  undated ones, which histories for training never hold, come last).
+- ``"learner"``: each learner's rows together, in event time, ``seq``, file order (the per-learner order
+  that ``ktstream.data.histories.group_by_learner`` gives the same dated records; undated ones, which
+  histories for training never hold, come last). Learners come in id order within a group of files
+  that no learner spans (`learner_groups`), groups in the order of their first file: an archive small
+  enough to sort at once is one group, so all of it is in learner id order.
 
 The time filter ``start_ms <= event_time < end_ms`` applies after the deduplication, as the record reader
 does. DuckDB keeps within ``memory_limit`` by spilling sorts and hash tables to ``temp_directory``, so
-the memory a scan needs is set by the configuration, not by the archive's size. `learner_tables` cuts a
+the memory a scan needs is set by the configuration, not by the archive's size. The learner order sorts
+one group of files at a time, so an archive whose learners are split among files (the archiver writes
+one file per topic partition, and a learner's events are keyed to one partition) sorts in memory however
+large it grows, instead of spilling. `learner_tables` cuts a
 learner-ordered stream into tables of whole learners of about ``max_events`` rows, and `encode_table`
 turns one such table into `LearnerHistory` arrays with vectorised Arrow and numpy operations.
 
@@ -28,6 +33,7 @@ turns one such table into `LearnerHistory` arrays with vectorised Arrow and nump
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +45,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from ktstream.data.eventlog import PARQUET_SCHEMA
 from ktstream.data.histories import NO_RESPONSE, LearnerHistory
@@ -77,14 +85,33 @@ ORDERS = {
 }
 
 
+SORT_ROW_BYTES = 250  # DuckDB's memory per archive row it sorts, with a margin (measured: 10M rows in 1.9 GB)
+_UNITS = {"b": 1, "k": 10**3, "kb": 10**3, "m": 10**6, "mb": 10**6, "g": 10**9, "gb": 10**9, "t": 10**12,
+          "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def memory_bytes(limit: str) -> int:
+    """Bytes of a DuckDB memory limit given as a size, such as ``"2GB"``, ``"2G"`` or ``"512 MiB"``."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*", limit.lower())
+    if not match or match.group(2) not in _UNITS:
+        raise ValueError(f"memory limit {limit!r} is not a size such as 512MB or 2GB: give one, or set "
+                         f"ScanConfig.sort_rows (the rows the learner order sorts at once)")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
 @dataclass(frozen=True)
 class ScanConfig:
-    """How much a scan may use: DuckDB's memory limit (it spills past it), threads, rows per Arrow batch."""
+    """How much a scan may use: DuckDB's memory limit (it spills past it), threads, rows per Arrow batch,
+    rows sorted at once in the learner order (None: as many as ``memory_limit`` holds)."""
 
     memory_limit: str = "2GB"
     threads: int | None = None  # None: one per core
     temp_directory: str | None = None  # None: a folder under the system's temporary directory
     batch_rows: int = 262_144
+    sort_rows: int | None = None
+
+    def rows_sorted_at_once(self) -> int:
+        return self.sort_rows or max(1, memory_bytes(self.memory_limit) // SORT_ROW_BYTES)
 
 
 def connect(cfg: ScanConfig | None = None) -> duckdb.DuckDBPyConnection:
@@ -100,9 +127,40 @@ def connect(cfg: ScanConfig | None = None) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _files_sql(files: Sequence[Path]) -> str:
+def _files_sql(files: Sequence[Path], file_row_number: bool = True) -> str:
     quoted = ", ".join("'" + str(p).replace("'", "''") + "'" for p in files)
-    return f"read_parquet([{quoted}], file_row_number = true)"
+    return f"read_parquet([{quoted}], file_row_number = {str(file_row_number).lower()})"
+
+
+def learner_groups(con: duckdb.DuckDBPyConnection, files: Sequence[Path], max_rows: int) -> list[list[Path]]:
+    """``files`` in groups that share no learner, each of at most ``max_rows`` rows where it can be, in
+    file order: the units the learner order sorts one at a time.
+
+    Files linked by a learner they both hold (directly or through other files) always go together: the
+    groups are unions of the connected components of the graph of files and learners, taken in the order
+    of each component's first file and packed up to ``max_rows`` (a larger component is a group alone,
+    and DuckDB spills its sort). An archive of at most ``max_rows`` rows is one group (its size comes
+    from the files' footers)."""
+    files = list(files)
+    if len(files) < 2 or con.execute(f"SELECT count(*) FROM {_files_sql(files, False)}").fetchall()[0][0] <= max_rows:
+        return [files]
+    pairs = con.sql(f"SELECT file_index AS f, hash(learner_id) AS l, count(*) AS n FROM {_files_sql(files, False)} "
+                    f"GROUP BY ALL").fetchnumpy()
+    f = pairs["f"].astype(np.int64)
+    learners, learner = np.unique(pairs["l"], return_inverse=True)
+    nodes = len(files) + len(learners)
+    graph = coo_matrix((np.ones(len(f), np.int8), (f, len(files) + learner)), shape=(nodes, nodes))
+    label = connected_components(graph, directed=False)[1][:len(files)]
+    _, first, component = np.unique(label, return_index=True, return_inverse=True)
+    component = np.argsort(np.argsort(first))[component]  # numbered in the order of their first file
+    rows = np.bincount(component, weights=np.bincount(f, weights=pairs["n"], minlength=len(files)))
+    group, k, size = np.empty(len(rows), np.int64), 0, 0
+    for c, n in enumerate(rows.tolist()):  # consecutive components packed up to max_rows
+        if size and size + n > max_rows:
+            k, size = k + 1, 0
+        group[c], size = k, size + n
+    of_file = group[component].tolist()
+    return [[p for p, g in zip(files, of_file) if g == i] for i in range(k + 1)]
 
 
 def deduplicated_sql(files: Sequence[Path], start_ms: int | None = None, end_ms: int | None = None,
@@ -134,7 +192,8 @@ def scan(folder: str | Path, start_ms: int | None = None, end_ms: int | None = N
         return pa.RecordBatchReader.from_batches(pa.schema([PARQUET_SCHEMA.field(c) for c in columns]), [])
     con = con or connect(cfg)
     if order == "learner":
-        return _scan_by_learner(con, files, start_ms, end_ms, columns, cfg.batch_rows)
+        return _scan_by_learner(con, learner_groups(con, files, cfg.rows_sorted_at_once()), start_ms, end_ms,
+                                columns, cfg.batch_rows)
     needed = list(dict.fromkeys([*columns, "learner_id", "event_id", "event_time", "seq"]))
     sql = (f"SELECT {', '.join(columns)} FROM ({deduplicated_sql(files, start_ms, end_ms, needed)}) "
            f"ORDER BY {ORDERS[order]}")
@@ -142,24 +201,30 @@ def scan(folder: str | Path, start_ms: int | None = None, end_ms: int | None = N
     return con.sql(sql).to_arrow_reader(cfg.batch_rows)
 
 
-def _scan_by_learner(con: duckdb.DuckDBPyConnection, files: Sequence[Path], start_ms: int | None,
+def _scan_by_learner(con: duckdb.DuckDBPyConnection, groups: Sequence[Sequence[Path]], start_ms: int | None,
                      end_ms: int | None, columns: Sequence[str], batch_rows: int) -> pa.RecordBatchReader:
-    """The "learner" order with the deduplication after the sort: DuckDB sorts every row of the files
-    once (no window over (learner, event id), which cost about as much again as the sort), with a 64-bit
-    hash of (learner id, event id); the repeats, which share a learner, are dropped in the
-    learner-ordered stream a run of whole learners at a time (rows with equal hashes compared by their
-    ids: a collision drops nothing), then the time filter. The same rows as
+    """The "learner" order with the deduplication after the sort: DuckDB sorts every row of a group of
+    files once (no window over (learner, event id), which cost about as much again as the sort), with a
+    64-bit hash of (learner id, event id); the repeats, which share a learner and so a group, are dropped
+    in the learner-ordered stream a run of whole learners at a time (rows with equal hashes compared by
+    their ids: a collision drops nothing), then the time filter. Per group, the same rows as
     ``deduplicated_sql`` ordered by ``ORDERS["learner"]``."""
     extra = [c for c in ("learner_id", "event_id", "event_time") if c not in columns]
-    sql = (f"SELECT {', '.join([*columns, *extra])}, hash(learner_id, event_id) AS _h, "
-           f"file_index AS _f, file_row_number AS _r FROM {_files_sql(files)} "
-           f"ORDER BY {ORDERS['learner'].replace('fidx, frow', 'file_index, file_row_number')}")
-    reader = con.sql(sql).to_arrow_reader(batch_rows)
-    schema = pa.schema([reader.schema.field(c) for c in columns])
+
+    def sorted_group(files: Sequence[Path]) -> pa.RecordBatchReader:
+        sql = (f"SELECT {', '.join([*columns, *extra])}, hash(learner_id, event_id) AS _h, "
+               f"file_index AS _f, file_row_number AS _r FROM {_files_sql(files)} "
+               f"ORDER BY {ORDERS['learner'].replace('fidx, frow', 'file_index, file_row_number')}")
+        return con.sql(sql).to_arrow_reader(batch_rows)
+
+    first = sorted_group(groups[0])
+    schema = pa.schema([first.schema.field(c) for c in columns])
 
     def runs() -> Iterator[pa.RecordBatch]:
-        for table in learner_tables(reader, batch_rows):
-            yield from _distinct_in_range(table, start_ms, end_ms, columns)
+        for i, files in enumerate(groups):  # one group sorted at a time
+            reader = first if i == 0 else sorted_group(files)
+            for table in learner_tables(reader, batch_rows):
+                yield from _distinct_in_range(table, start_ms, end_ms, columns)
 
     return pa.RecordBatchReader.from_batches(schema, runs())
 

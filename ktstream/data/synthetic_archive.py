@@ -14,7 +14,8 @@ in ``ktstream.data.eventlog``'s Parquet schema. The shape follows EdNet KT1:
   same date folder, as the at-least-once archiver does after a crash.
 
 Learners are generated in blocks of about ``block_events`` events; each block is written as one file per
-date folder, so memory is bounded by the block, not by the archive.
+date folder, so memory is bounded by the block, not by the archive, and no learner spans two blocks'
+files, as none spans two partitions of a keyed topic in the archiver's files.
 
 >>> import tempfile
 >>> root = tempfile.mkdtemp()

@@ -41,7 +41,7 @@ class ArchiveTrainingData:
         return [h.slice(s, s + self.segment) for s in range(0, len(h), self.segment)]  # as finetune.segments
 
     def buffers(self) -> Iterator[list[LearnerHistory]]:
-        """Lists of training segments, each about ``budget_events`` positions, in learner order."""
+        """Lists of training segments, each about ``budget_events`` positions, in learner id order."""
         reader = scan(self.folder, end_ms=self.cutoff_ms, order="learner", cfg=self.cfg, con=connect(self.cfg))
         items, concepts = pa.array(self.items.ids, pa.string()), pa.array(self.concepts.ids, pa.string())
         buffer: list[LearnerHistory] = []
@@ -56,12 +56,17 @@ class ArchiveTrainingData:
                 buffer += parts
                 size += n
                 if size >= self.budget_events:
-                    assert_before(buffer, self.cutoff_ms, "training")
-                    yield buffer
+                    yield self._checked(buffer)
                     buffer, size = [], 0
         if buffer:
-            assert_before(buffer, self.cutoff_ms, "training")
-            yield buffer
+            yield self._checked(buffer)
+
+    def _checked(self, buffer: list[LearnerHistory]) -> list[LearnerHistory]:
+        """The buffer in learner id order (the scan orders learners by group of files; a stable sort keeps
+        each learner's segments in order), checked by ``assert_before``."""
+        buffer.sort(key=lambda h: h.learner_id)
+        assert_before(buffer, self.cutoff_ms, "training")
+        return buffer
 
     def batches(self, batch_size: int, rng: np.random.Generator | None, tokens: int) -> Iterator[list[LearnerHistory]]:
         for buffer in self.buffers():

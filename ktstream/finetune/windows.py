@@ -153,6 +153,8 @@ def build_windows_from_archive(folder, cutoff_ms: int, horizon_ms: int,
                 train.append(h if n_train == len(h) else part(h, 0, n_train))
                 max_k = max(max_k, int(h.responses[:n_train].max()))
                 n_before += n_train
+    for window in (train, select, judge):  # learner id order, as `build_windows` (the scan orders by group)
+        window.sort(key=lambda h: h.learner_id)
     assert_before(train, C, "training")
     assert_before(select, C + H, "selection")
     data = TimeWindows(C, H, items, concepts, n_categories or max(2, 1 + max_k), train, select, _scored(select, C),

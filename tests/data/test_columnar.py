@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from ktstream.data.archive_reader import archive_files, read_archive
-from ktstream.data.columnar import ScanConfig, encode_table, first_seen, learner_tables, scan, scan_table
+from ktstream.data.columnar import (ScanConfig, connect, encode_table, first_seen, learner_groups, learner_tables,
+                                    memory_bytes, scan, scan_table)
 from ktstream.data.eventlog import iter_parquet, write_parquet
 from ktstream.data.histories import build_vocabularies, encode
 from ktstream.data.synthetic_archive import DAY_MS, START_MS, write_synthetic_archive
@@ -137,6 +138,71 @@ def test_scan_streams_in_batches_of_the_configured_size(archive):
 def test_repeats_and_files_are_counted_in_the_archive(archive):
     rows = sum(pq.ParquetFile(p).metadata.num_rows for p in archive_files(archive, include_undated=True))
     assert rows > len(read_archive(archive, include_undated=True)), "the synthetic archive holds repeats"
+
+
+@pytest.fixture(scope="module")
+def partitioned(tmp_path_factory):
+    """A synthetic archive in blocks of learners that share no file (as a keyed topic's partitions do),
+    plus one file holding a learner of block 0 and one of block 2 (a partition count that changed)."""
+    root = tmp_path_factory.mktemp("partitioned")
+    write_synthetic_archive(root, 40_000, seed=6, days=30, n_items=300, n_concepts=20, block_events=5_000)
+    block = {}
+    for p in archive_files(root):
+        for learner in pq.read_table(p, columns=["learner_id"]).column(0).unique().to_pylist():
+            block[learner] = p.name.split("-")[1].split(".")[0]
+    a = next(u for u, b in block.items() if b == "00000")
+    c = next(u for u, b in block.items() if b == "00002")
+    write_parquet([{"event_id": "moved-a", "learner_id": a, "item_id": "q1", "event_time": START_MS + 9 * DAY_MS},
+                   {"event_id": "moved-c", "learner_id": c, "item_id": "q2", "event_time": START_MS + 9 * DAY_MS}],
+                  root / "event_date=2019-01-10" / "part-99999-moved.parquet")
+    return root
+
+
+def _learners(path):
+    return set(pq.read_table(path, columns=["learner_id"]).column(0).unique().to_pylist())
+
+
+def test_learner_groups_never_split_a_learner(partitioned):
+    files = archive_files(partitioned)
+    rows = {p: pq.ParquetFile(p).metadata.num_rows for p in files}
+    groups = learner_groups(connect(), files, 9_000)
+    assert sorted(p for g in groups for p in g) == sorted(files) and all(g == sorted(g) for g in groups)
+    held = [set().union(*(_learners(p) for p in g)) for g in groups]
+    assert all(not (held[i] & held[j]) for i in range(len(held)) for j in range(i))
+    moved = next(i for i, g in enumerate(groups) if any("moved" in p.name for p in g))
+    blocks = {p.name.split("-")[1].split(".")[0] for p in groups[moved]}
+    assert {"00000", "00002", "99999"} <= blocks, "the moved learners tie their blocks' files into one group"
+    assert len(groups) >= 5 and all(sum(rows[p] for p in g) <= 9_000 for i, g in enumerate(groups) if i != moved)
+    assert learner_groups(connect(), files, sum(rows.values())) == [files], "an archive that fits is one group"
+
+
+@pytest.mark.parametrize("window", [(None, None), (START_MS + 5 * DAY_MS, START_MS + 20 * DAY_MS)])
+def test_scan_by_learner_in_groups_holds_each_learner_whole_and_in_order(partitioned, window):
+    """Sorted a group at a time: each learner's rows together and in the record reader's order, learners
+    in id order within each group, and the same rows as one sort of the whole archive."""
+    grouped = scan_table(partitioned, *window, order="learner", cfg=ScanConfig(sort_rows=9_000, batch_rows=1000))
+    whole = scan_table(partitioned, *window, order="learner", cfg=ScanConfig(batch_rows=1000))
+    learners = grouped.column("learner_id").to_pylist()
+    runs = [u for i, u in enumerate(learners) if i == 0 or u != learners[i - 1]]
+    assert len(runs) == len(set(runs)), "each learner's rows together"
+    assert runs != sorted(runs), "groups, not one sort"
+    assert whole.column("learner_id").to_pylist() == sorted(learners)
+    expected = sorted(reference_read_archive(partitioned, *window),
+                      key=lambda r: (r["learner_id"], r["event_time"], r.get("seq", 0)))
+    cols = ["learner_id", "event_id", "item_id", "event_time"]
+    rank = {u: i for i, u in enumerate(runs)}
+    in_groups = sorted(expected, key=lambda r: rank[r["learner_id"]])  # stable: each learner's order stays
+    assert grouped.select(cols).to_pylist() == [{c: r.get(c) for c in cols} for r in in_groups]
+    assert len(in_groups) > 10_000
+
+
+def test_memory_limits_read_as_bytes():
+    assert memory_bytes("2GB") == memory_bytes("2g") == 2 * 10**9 and memory_bytes("512 MiB") == 512 * 2**20
+    assert ScanConfig(memory_limit="3GB").rows_sorted_at_once() == 12 * 10**6
+    assert ScanConfig(sort_rows=5).rows_sorted_at_once() == 5
+    with pytest.raises(ValueError, match="sort_rows"):
+        ScanConfig(memory_limit="80%").rows_sorted_at_once()
+    assert ScanConfig(memory_limit="80%", sort_rows=7).rows_sorted_at_once() == 7
 
 
 SCALE = """

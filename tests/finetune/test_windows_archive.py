@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
 from connectors.archive import ArchiveWriter
-from ktstream.data.archive_reader import read_archive
+from ktstream.data.archive_reader import archive_files, read_archive
+from ktstream.data.columnar import ScanConfig, connect, learner_groups
 from ktstream.data.vocab import Vocabulary
 from ktstream.exceptions import LeakageError
 from ktstream.finetune.finetune import segments
@@ -15,12 +18,17 @@ from ktstream.finetune.windows import assert_before, build_windows, build_window
 from ktstream.training.trainer import _batches
 
 
-def archived(folder, recs):
-    w = ArchiveWriter(folder, flush_records=150)  # several files per date, repeats in a later one
+def archived(folder, recs, partitions=1):
+    """Several files per date, repeats in a later one; with ``partitions``, each learner's events in one
+    partition (a keyed topic), so the files fall into groups that share no learner."""
+    w = ArchiveWriter(folder, flush_records=150)
     for i, r in enumerate(recs + recs[:40]):
-        w.add(("events", 0), i, r)
+        w.add(("events", zlib.crc32(r["learner_id"].encode()) % partitions), i, r)
     w.flush()
     return folder
+
+
+GROUPED = ScanConfig(sort_rows=500)  # a few partitions' files sorted at a time
 
 
 def same_histories(a, b):
@@ -31,13 +39,16 @@ def same_histories(a, b):
         assert list(x.event_ids) == list(y.event_ids)
 
 
-@pytest.mark.parametrize("with_base", [False, True])
-def test_windows_from_the_archive_equal_windows_from_its_records(tmp_path, stream, with_base):
+@pytest.mark.parametrize("with_base, partitions", [(False, 1), (True, 1), (False, 5)])
+def test_windows_from_the_archive_equal_windows_from_its_records(tmp_path, stream, with_base, partitions):
     recs, C, H = stream
-    folder = archived(tmp_path / "archive", recs)
+    folder = archived(tmp_path / "archive", recs, partitions)
     base = (Vocabulary(["q0", "zz-unused"]), Vocabulary(["c1"])) if with_base else None
     expected = build_windows(read_archive(folder, end_ms=C + 2 * H), C, H, base)
-    got = build_windows_from_archive(folder, C, H, base, max_events=120)
+    cfg = GROUPED if partitions > 1 else None
+    if partitions > 1:
+        assert len(learner_groups(connect(), archive_files(folder, end_ms=C + 2 * H), 500)) >= 3
+    got = build_windows_from_archive(folder, C, H, base, cfg=cfg, max_events=120)
     assert got.counts == expected.counts and got.n_categories == expected.n_categories
     assert got.items.ids == expected.items.ids and got.concepts.ids == expected.concepts.ids
     for name in ("train", "select", "judge"):
@@ -46,13 +57,16 @@ def test_windows_from_the_archive_equal_windows_from_its_records(tmp_path, strea
         assert all(np.array_equal(x, y) for x, y in zip(getattr(expected, name), getattr(got, name)))
 
 
-def test_streamed_training_batches_equal_the_in_memory_ones(tmp_path, stream):
+@pytest.mark.parametrize("partitions", [1, 5])
+def test_streamed_training_batches_equal_the_in_memory_ones(tmp_path, stream, partitions):
+    """One buffer holds the whole window: the same batches as the in-memory list, also when the scan
+    sorts the archive a group of partitions at a time."""
     recs, C, H = stream
-    folder = archived(tmp_path / "archive", recs)
+    folder = archived(tmp_path / "archive", recs, partitions)
     data = build_windows_from_archive(folder, C, H)
     expected = _batches(segments(data.train, 50), 32, np.random.default_rng(0), 400)
     source = ArchiveTrainingData(folder, C, data.items, data.concepts, segment=50, budget_events=10**9,
-                                 table_events=100)
+                                 table_events=100, cfg=GROUPED if partitions > 1 else None)
     got = list(source.batches(32, np.random.default_rng(0), 400))
     assert [len(b) for b in got] == [len(b) for b in expected]
     same_histories([h for b in expected for h in b], [h for b in got for h in b])

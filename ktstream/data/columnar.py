@@ -110,6 +110,13 @@ class ScanConfig:
     batch_rows: int = 262_144
     sort_rows: int | None = None
 
+    def __post_init__(self):
+        if self.batch_rows < 1 or (self.sort_rows is not None and self.sort_rows < 1):
+            raise ValueError(f"batch_rows and sort_rows must be positive, got {self.batch_rows}, {self.sort_rows}")
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"threads must be positive (None: one per core), got {self.threads}")
+        self.rows_sorted_at_once()  # a memory limit this cannot size groups by is refused here, not mid-scan
+
     def rows_sorted_at_once(self) -> int:
         return self.sort_rows or max(1, memory_bytes(self.memory_limit) // SORT_ROW_BYTES)
 

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable
 
 from ktstream.data.archive_reader import archive_summary
+from ktstream.data.columnar import ScanConfig
 from ktstream.finetune.finetune import FinetuneConfig, fine_tune
 from ktstream.finetune.metrics import FinetuneMetrics
 from ktstream.finetune.promotion import PromotionConfig, judge, promote_or_reject
@@ -96,12 +97,14 @@ class Trainer:
     def __init__(self, archive: str, registry: ModelRegistry, horizon_ms: int, every_ms: int | None = None,
                  every_events: int | None = None, lateness_ms: int = 0, family: str = "dkt",
                  model_kwargs: dict | None = None, ft: FinetuneConfig | None = None,
-                 promotion: PromotionConfig | None = None, metrics: FinetuneMetrics | None = None):
+                 promotion: PromotionConfig | None = None, metrics: FinetuneMetrics | None = None,
+                 scan: ScanConfig | None = None):
         if every_ms is None and every_events is None:
             raise ValueError("set every_ms (event time between cycles) or every_events, or both")
         self.archive, self.registry, self.horizon_ms = archive, registry, horizon_ms
         self.every_ms, self.every_events, self.lateness_ms = every_ms, every_events, lateness_ms
         self.family, self.model_kwargs, self.ft, self.promotion = family, model_kwargs, ft, promotion
+        self.scan = scan  # DuckDB's limits for reading the archive (None: ScanConfig's defaults)
         self.metrics = metrics or FinetuneMetrics()
         latest = registry.latest()
         # the last window tried, promoted or rejected: a restart does not retry a rejected window
@@ -134,7 +137,8 @@ class Trainer:
         rows = archive_summary(self.archive)["rows"]
         try:
             def windows(base, n_categories):  # the archive in columns, within the scan's memory limit
-                return build_windows_from_archive(self.archive, cutoff, self.horizon_ms, base, n_categories)
+                return build_windows_from_archive(self.archive, cutoff, self.horizon_ms, base, n_categories,
+                                                  cfg=self.scan)
 
             cycle = run_cycle(None, cutoff, self.horizon_ms, self.registry, self.family, self.model_kwargs,
                               self.ft, self.promotion, self.metrics, windows=windows)

@@ -7,9 +7,12 @@ As for ``ktstream serve``, environment variables override the file:
 as JSON, else strings), e.g. ``KTSTREAM_TRAINER__REGISTRY=/mnt/registry`` or
 ``KTSTREAM_TRAINER__FINETUNE__EPOCHS=3``.
 
->>> s = TrainerSettings(archive="a", registry="r", finetune={"epochs": 2}, gate={"random_label_epochs": 1})
+>>> s = TrainerSettings(archive="a", registry="r", finetune={"epochs": 2}, gate={"random_label_epochs": 1},
+...                     scan={"memory_limit": "3GB"})
 >>> s.finetune_config().epochs, s.promotion_config().gate.random_label_epochs, s.horizon_ms
 (2, 1, 604800000)
+>>> s.scan_config().rows_sorted_at_once()
+12000000
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import os
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ktstream.config import read_sections
+from ktstream.data.columnar import ScanConfig
 from ktstream.exceptions import ConfigError
 from ktstream.finetune.finetune import FinetuneConfig
 from ktstream.finetune.promotion import PromotionConfig
@@ -47,11 +51,14 @@ class TrainerSettings(BaseModel):
     finetune: dict[str, Any] = Field(default_factory=dict, description="FinetuneConfig fields")
     promotion: dict[str, Any] = Field(default_factory=dict, description="PromotionConfig fields but gate")
     gate: dict[str, Any] = Field(default_factory=dict, description="ktstream.leakage GateConfig fields")
+    scan: dict[str, Any] = Field(default_factory=dict, description="ktstream.data.columnar ScanConfig fields: "
+                                 "DuckDB's memory_limit, threads, temp_directory, sort_rows")
 
     @model_validator(mode="after")
     def _some_trigger(self) -> "TrainerSettings":
         if self.every_days is None and self.every_events is None:
             raise ValueError("set every_days or every_events (or both)")
+        self.scan_config()  # a scan DuckDB could not be sized for is refused with the file, not at a cycle
         return self
 
     @property
@@ -64,6 +71,9 @@ class TrainerSettings(BaseModel):
 
     def finetune_config(self) -> FinetuneConfig:
         return _build(FinetuneConfig, self.finetune, "trainer.finetune")
+
+    def scan_config(self) -> ScanConfig:
+        return _build(ScanConfig, self.scan, "trainer.scan")
 
     def promotion_config(self) -> PromotionConfig:
         gate = _build(GateConfig, self.gate, "trainer.gate")

@@ -121,6 +121,30 @@ def test_cli_runs_one_cycle_from_a_config_file(tmp_path, stream, capsys):
     assert ModelRegistry(tmp_path / "registry").latest() == "v000001"
 
 
+def test_the_archive_scan_is_sized_from_the_trainer_settings(tmp_path, stream, monkeypatch):
+    """`trainer.scan` (DuckDB's memory limit, threads, rows sorted at once) reaches the archive read; a
+    field ScanConfig does not have, or a limit it cannot size its sort groups by, is a ConfigError."""
+    import ktstream.finetune.scheduler as scheduler
+    from ktstream.cli.trainer import build
+    from ktstream.exceptions import ConfigError
+
+    archive(tmp_path / "archive", stream)
+    settings = TrainerSettings(archive=str(tmp_path / "archive"), registry=str(tmp_path / "registry"),
+                               model_kwargs=TINY_DKT, horizon_days=1, every_days=2, metrics_port=None,
+                               finetune={"epochs": 1, "segment": 50, "progress": False},
+                               promotion={"bootstrap": 50}, gate={"checks": list(GATE.checks), "n_learners": 4},
+                               scan={"memory_limit": "256MB", "threads": 1, "sort_rows": 500})
+    seen = []
+    real = scheduler.build_windows_from_archive
+    monkeypatch.setattr(scheduler, "build_windows_from_archive", lambda *a, cfg=None, **k: seen.append(cfg)
+                        or real(*a, cfg=cfg, **k))
+    assert build(settings).run_once().outcome == "promoted"
+    assert seen == [settings.scan_config()] and seen[0].sort_rows == 500 and seen[0].memory_limit == "256MB"
+    for bad in ({"memory_limt": "1GB"}, {"memory_limit": "80%"}, {"threads": 0}):
+        with pytest.raises(ConfigError, match="trainer.scan"):
+            TrainerSettings(archive="a", registry="r", scan=bad).scan_config()
+
+
 def test_settings_need_a_trigger():
     with pytest.raises(ValueError, match="every_days or every_events"):
         TrainerSettings(archive="a", registry="r", every_days=None)

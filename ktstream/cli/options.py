@@ -43,10 +43,14 @@ def add_data(p: argparse.ArgumentParser, *, events: bool = False, fold: bool = T
 
 def check_memory_limit(value: str | None) -> None:
     """A `UsageError` unless ``value`` (``--memory-limit``, a DuckDB memory limit) is None or a size."""
-    import re
+    from ktstream.data.columnar import memory_bytes
 
-    if value is not None and not re.fullmatch(r"\d+(\.\d+)?\s*(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)", value, re.IGNORECASE):
-        raise UsageError(f"--memory-limit takes a size such as 512MB or 2GB, got {value!r}")
+    if value is None:
+        return
+    try:
+        memory_bytes(value)
+    except ValueError:
+        raise UsageError(f"--memory-limit takes a size such as 512MB or 2GB, got {value!r}") from None
 
 
 def add_model(p: argparse.ArgumentParser, default: str | None = "dkt", required: bool = False):

@@ -91,7 +91,10 @@ class GateData:
     train, valid, test
         Encoded learner histories (vocabularies built from ``train`` only).
         The model checks sample learners from ``test`` (else ``valid``, else
-        ``train``); the random-label check needs all three.
+        ``train``); the random-label check needs all three. ``train`` may be
+        a stream that reads the histories again on each pass (a fine-tuning
+        cycle's window in the archive, ``ArchiveTrainingData``): the checks
+        then read it pass by pass and never hold it.
     split
         ``"learner"``: each learner lies in one split (benchmark protocol);
         ``"time"``: splits are consecutive time windows, a learner may span
@@ -108,7 +111,7 @@ class GateData:
         every position is scored.
     """
 
-    train: list[LearnerHistory] = field(default_factory=list)
+    train: list[LearnerHistory] = field(default_factory=list)  # or a re-iterable stream (above)
     valid: list[LearnerHistory] = field(default_factory=list)
     test: list[LearnerHistory] = field(default_factory=list)
     split: str = "learner"

@@ -32,7 +32,7 @@ a lower bound: a pair seen less often, or also met between problems, is missed.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 from scipy.stats import binom
@@ -44,17 +44,25 @@ from ktstream.leakage.report import CheckResult
 
 
 def interaction_groups(h: LearnerHistory) -> np.ndarray:
-    """For every row, the index of the first row of the interaction it belongs to (T,)."""
+    """For every row, the index of the first row of the interaction it belongs to (T,).
+
+    Only a row that repeats the item and response of the row before can join its interaction; those rows
+    are walked in order (the concepts the run so far holds decide), every other row starts its own."""
     first = np.arange(len(h))
+    candidate = np.zeros(len(h), bool)
+    candidate[1:] = (h.items[1:] > UNKNOWN) & (h.items[1:] == h.items[:-1]) & (h.responses[1:] == h.responses[:-1])
     run: set[int] = set()
-    for i in range(len(h)):
+    previous = -2
+    for i in np.flatnonzero(candidate).tolist():
+        if i - 1 != previous:  # the row before started its own interaction: the run is its concepts
+            run = {int(c) for c in h.concepts[i - 1] if c > 0}
         concepts = {int(c) for c in h.concepts[i] if c > 0}
-        if (i > 0 and h.items[i] > UNKNOWN and h.items[i] == h.items[i - 1]
-                and h.responses[i] == h.responses[i - 1] and not concepts <= run):
+        if not concepts <= run:
             first[i] = first[i - 1]
             run |= concepts
         else:
             run = concepts
+        previous = i
     return first
 
 
@@ -63,48 +71,112 @@ MIN_AGREEMENT = 0.97
 CHANCE = 1e-6
 
 
-def _signatures(h: LearnerHistory) -> list[tuple[int, ...]]:
-    """Per row: its concepts (sorted, padding dropped), else its item."""
-    return [tuple(sorted(int(c) for c in row if c > 0)) or (-int(item),) for item, row in zip(h.items, h.concepts)]
+def _chunks(histories: Iterable[LearnerHistory], rows: int = 1 << 16) -> Iterator[list[LearnerHistory]]:
+    """Consecutive histories in lists of about ``rows`` rows: the unit the pair statistics are computed on."""
+    chunk, size = [], 0
+    for h in histories:
+        chunk.append(h)
+        size += len(h)
+        if size >= rows:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
 
 
-def _pairs(histories: Sequence[LearnerHistory]):
-    """(learner index, row, (previous signature, signature), same response) for consecutive answered rows of
-    different signatures."""
-    for k, h in enumerate(histories):
-        sig = _signatures(h)
-        for i in range(1, len(h)):
-            if sig[i] != sig[i - 1] and h.responses[i] >= 0 and h.responses[i - 1] >= 0:
-                yield k, i, (sig[i - 1], sig[i]), bool(h.responses[i] == h.responses[i - 1])
+def _transitions(hs: list[LearnerHistory]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Over ``hs`` stacked: consecutive answered rows of one learner with different signatures (a row's
+    signature: its concepts, sorted, padding dropped; else its item). Returns (the second rows, a code per
+    ordered pair of signatures, same response, the signatures: code = first * count + second)."""
+    lengths = np.array([len(h) for h in hs])
+    starts = np.cumsum(lengths) - lengths
+    concepts = np.zeros((int(lengths.sum()), max(h.concepts.shape[1] for h in hs)), np.int64)
+    for h, at in zip(hs, starts.tolist()):
+        concepts[at:at + len(h), :h.concepts.shape[1]] = h.concepts
+    items = np.concatenate([h.items for h in hs])
+    responses = np.concatenate([h.responses for h in hs])
+    concepts = np.sort(np.where(concepts > 0, concepts, 0), axis=1)
+    key = np.column_stack([concepts, np.where((concepts > 0).any(1), 0, -items)])
+    signatures, index = np.unique(key, axis=0, return_inverse=True)
+    index = index.reshape(-1)
+    follows = np.ones(len(index), bool)
+    follows[starts] = False
+    rows = np.flatnonzero(follows[1:] & (index[1:] != index[:-1]) & (responses[1:] >= 0) & (responses[:-1] >= 0)) + 1
+    same = responses[rows] == responses[rows - 1]
+    return rows, index[rows - 1] * len(signatures) + index[rows], same, signatures
 
 
-def copied_answer_rows(histories: Sequence[LearnerHistory], learn_from: Sequence[LearnerHistory] | None = None
+def _pair(code: int, signatures: np.ndarray) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    def signature(key: np.ndarray) -> tuple[int, ...]:
+        return tuple(int(c) for c in key[:-1] if c > 0) or (int(key[-1]),)
+
+    return signature(signatures[code // len(signatures)]), signature(signatures[code % len(signatures)])
+
+
+def cotagged_pairs(histories: Iterable[LearnerHistory]) -> set:
+    """The ordered pairs of row signatures taken for skills tagged on one problem (see the module docstring)."""
+    seen, agree = Counter(), Counter()
+    for hs in _chunks(histories):
+        rows, codes, same, signatures = _transitions(hs)
+        pairs, where, counts = np.unique(codes, return_inverse=True, return_counts=True)
+        agreeing = np.bincount(where.reshape(-1), weights=same, minlength=len(pairs))
+        for code, n, a in zip(pairs.tolist(), counts.tolist(), agreeing.tolist()):
+            pair = _pair(code, signatures)
+            seen[pair] += n
+            agree[pair] += int(a)
+    total = sum(seen.values())
+    base = sum(agree.values()) / total if total else 0.0
+    return {p for p, n in seen.items() if n >= MIN_PAIR_COUNT and agree[p] >= MIN_AGREEMENT * n
+            and base < 1.0 and binom.sf(agree[p] - 1, n, base) < CHANCE}
+
+
+def _copied(hs: list[LearnerHistory], cotagged: set) -> np.ndarray:
+    """Over ``hs`` stacked: the rows that copy a co-tagged skill's answer."""
+    out = np.zeros(sum(len(h) for h in hs), dtype=bool)
+    if cotagged:
+        rows, codes, same, signatures = _transitions(hs)
+        pairs, where = np.unique(codes, return_inverse=True)
+        member = np.array([_pair(code, signatures) in cotagged for code in pairs.tolist()], bool)
+        out[rows] = same & member[where.reshape(-1)]
+    return out
+
+
+def copied_answer_rows(histories: Sequence[LearnerHistory], learn_from: Iterable[LearnerHistory] | None = None
                        ) -> list[np.ndarray]:
     """Per learner, a boolean array: rows that repeat the answer of a co-tagged skill's row just before
     (found without problem ids; see the module docstring). The co-tagged pairs are learnt from
     ``learn_from`` (default: the histories themselves; a small test split learns them from all splits)."""
-    seen, agree = Counter(), Counter()
-    for _, _, pair, same in _pairs(histories if learn_from is None else learn_from):
-        seen[pair] += 1
-        agree[pair] += same
-    total = sum(seen.values())
-    base = sum(agree.values()) / total if total else 0.0
-    cotagged = {p for p, n in seen.items() if n >= MIN_PAIR_COUNT and agree[p] >= MIN_AGREEMENT * n
-                and base < 1.0 and binom.sf(agree[p] - 1, n, base) < CHANCE}
-    out = [np.zeros(len(h), dtype=bool) for h in histories]
-    if cotagged:
-        for k, i, pair, same in _pairs(histories):
-            out[k][i] = same and pair in cotagged
+    cotagged = cotagged_pairs(histories if learn_from is None else learn_from)
+    out = []
+    for hs in _chunks(histories):
+        out += np.split(_copied(hs, cotagged), np.cumsum([len(h) for h in hs])[:-1])
     return out
 
 
-def repeated_rows(histories: Sequence[LearnerHistory], learn_from: Sequence[LearnerHistory] | None = None
-                  ) -> tuple[int, int]:
+def repeated_rows(histories: Iterable[LearnerHistory], learn_from: Iterable[LearnerHistory] | None = None,
+                  cotagged: set | None = None) -> tuple[int, int]:
     """(rows that repeat an answer, all rows): expanded repeats of the same item, and copied answers of
-    co-tagged skills where there are no problem ids (pairs learnt from ``learn_from``)."""
-    copied = copied_answer_rows(histories, learn_from)
-    repeats = sum(int(((interaction_groups(h) != np.arange(len(h))) | c).sum()) for h, c in zip(histories, copied))
-    return repeats, sum(len(h) for h in histories)
+    co-tagged skills where there are no problem ids (pairs learnt from ``learn_from``, or given as
+    ``cotagged``). One pass over ``histories`` after the pairs are learnt: a streamed split is never held."""
+    if cotagged is None:
+        cotagged = cotagged_pairs(histories if learn_from is None else learn_from)
+    repeats = rows = 0
+    for hs in _chunks(histories):
+        expanded = np.concatenate([interaction_groups(h) != np.arange(len(h)) for h in hs])
+        repeats += int((expanded | _copied(hs, cotagged)).sum())
+        rows += len(expanded)
+    return repeats, rows
+
+
+class Chained:
+    """Several splits read as one re-iterable sequence of histories (a streamed split stays streamed)."""
+
+    def __init__(self, *splits: Iterable[LearnerHistory]):
+        self.splits = splits
+
+    def __iter__(self) -> Iterator[LearnerHistory]:
+        for split in self.splits:
+            yield from split
 
 
 def data_label(share: float) -> str:
@@ -133,9 +205,9 @@ def answer_repeat_warning(histories: Sequence[LearnerHistory], split: str, known
 def repeated_rows_check(data: GateData, cfg: GateConfig) -> CheckResult:
     repeats, rows = 0, 0
     per_split = {}
-    everything = [h for hs in data.splits().values() for h in hs]  # co-tagged skills learnt from every split
+    cotagged = cotagged_pairs(Chained(*data.splits().values()))  # co-tagged skills learnt from every split
     for name, hs in data.splits().items():
-        r, n = repeated_rows(hs, everything)
+        r, n = repeated_rows(hs, cotagged=cotagged)
         per_split[name] = round(r / n, 4) if n else 0.0
         repeats, rows = repeats + r, rows + n
     if rows == 0:

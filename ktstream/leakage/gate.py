@@ -36,7 +36,7 @@ from ktstream.leakage.batch import batch_independence
 from ktstream.leakage.causality import current_label_flip, future_perturbation
 from ktstream.leakage.config import ALL_CHECKS, GateConfig, GateData
 from ktstream.leakage.equivalence import serving_equivalence
-from ktstream.leakage.expansion import data_label, repeated_rows, repeated_rows_check
+from ktstream.leakage.expansion import Chained, data_label, repeated_rows, repeated_rows_check
 from ktstream.leakage.paths import path_equivalence
 from ktstream.leakage.probe import private_copy, probe_length
 from ktstream.leakage.probe_data import probe_histories
@@ -78,7 +78,7 @@ def run_gate(model: KTModel, data: GateData | Sequence[LearnerHistory], config: 
         result.extras["seconds"] = round(time.time() - t0, 2)
         log.info("leakage check %-31s %s %s", name, result.status, result.detail)
         checks.append(result)
-    repeats, rows = repeated_rows([h for hs in data.splits().values() for h in hs])
+    repeats, rows = repeated_rows(Chained(*data.splits().values()))
     labels = {"data": data_label(repeats / rows)} if rows else {}
     if "probe_notes" in cache:
         labels["probe"] = ", ".join(f"{k} {v}" for k, v in cache["probe_notes"].items())

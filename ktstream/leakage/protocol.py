@@ -13,6 +13,9 @@
   data gives test-only ids their own index. With ``n_items`` / ``n_concepts``
   given, every vocabulary entry must occur in training.
 
+The training split may be a stream (a fine-tuning cycle's window read again from the archive on each
+pass): these checks read it one pass at a time and never hold its event ids.
+
 >>> from ktstream.data.histories import LearnerHistory
 >>> def h(lid, items): return LearnerHistory(lid, np.array(items), np.ones((len(items), 1), int) * 2,
 ...                                         np.zeros(len(items), int), np.full(len(items), np.nan),
@@ -23,8 +26,6 @@
 
 from __future__ import annotations
 
-from itertools import combinations
-
 import numpy as np
 
 from ktstream.data.vocab import UNKNOWN
@@ -32,10 +33,20 @@ from ktstream.leakage.config import GateConfig, GateData
 from ktstream.leakage.report import CheckResult
 
 
-def _ids(histories, attr: str) -> set:
+def _ids(histories, attr: str):
     if attr == "learner_id":
-        return {h.learner_id for h in histories}
-    return {e for h in histories for e in h.event_ids if e}
+        return (h.learner_id for h in histories)
+    return (e for h in histories for e in h.event_ids if e)
+
+
+def _time_bounds(histories) -> tuple[float, float] | None:
+    """(earliest, latest) clock of a split, None without one; one pass (a streamed split is read once)."""
+    low, high = np.inf, -np.inf
+    for h in histories:
+        t = h.times[np.isfinite(h.times)]
+        if len(t):
+            low, high = min(low, float(t.min())), max(high, float(t.max()))
+    return (low, high) if high >= low else None
 
 
 def split_disjoint(data: GateData, cfg: GateConfig | None = None) -> CheckResult:
@@ -44,15 +55,23 @@ def split_disjoint(data: GateData, cfg: GateConfig | None = None) -> CheckResult
         return CheckResult.not_applicable("split_disjoint", "fewer than two splits given")
     shared, notes = 0, []
     keys = ["event_id"] + (["learner_id"] if data.split == "learner" else [])
+    names = list(splits)
     for key in keys:
-        for (a, ha), (b, hb) in combinations(splits.items(), 2):
-            common = _ids(ha, key) & _ids(hb, key)
-            if common:
-                shared += len(common)
-                notes.append(f"{len(common)} {key}s in both {a} and {b} (e.g. {sorted(common)[0]!r})")
+        # ids of every split but the first as sets; each split is read once against the later ones, so the
+        # training split (first; it may be streamed from an archive) is never held as a set
+        later_ids = {b: set(_ids(splits[b], key)) for b in names[1:]}
+        for i, a in enumerate(names[:-1]):
+            common = {b: set() for b in names[i + 1:]}
+            for x in _ids(splits[a], key):
+                for b, found in common.items():
+                    if x in later_ids[b]:
+                        found.add(x)
+            for b, found in common.items():
+                if found:
+                    shared += len(found)
+                    notes.append(f"{len(found)} {key}s in both {a} and {b} (e.g. {sorted(found)[0]!r})")
     if data.split == "time":
-        bounds = {k: (np.nanmin(np.concatenate([h.times for h in v])), np.nanmax(np.concatenate([h.times for h in v])))
-                  for k, v in splits.items() if any(np.isfinite(h.times).any() for h in v)}
+        bounds = {k: b for k, b in ((k, _time_bounds(v)) for k, v in splits.items()) if b is not None}
         order = [k for k in ("train", "valid", "test") if k in bounds]
         for a, b in zip(order, order[1:]):
             if bounds[a][1] >= bounds[b][0]:
@@ -84,9 +103,14 @@ def vocab_from_train(data: GateData, cfg: GateConfig | None = None) -> CheckResu
     if not data.train or not (data.valid or data.test):
         return CheckResult.not_applicable("vocab_from_train", "needs a training split and a split to compare")
     figure, notes = 0, []
-    for what, get, size in (("item", lambda h: h.items, data.n_items),
-                            ("concept", lambda h: h.concepts[h.concepts > 0], data.n_concepts)):
-        seen = {int(x) for h in data.train for x in np.unique(get(h))}
+    kinds = (("item", lambda h: h.items, data.n_items),
+             ("concept", lambda h: h.concepts[h.concepts > 0], data.n_concepts))
+    in_train: dict[str, set[int]] = {what: set() for what, _, _ in kinds}
+    for h in data.train:  # one pass (a streamed training split is read once)
+        for what, get, _ in kinds:
+            in_train[what].update(np.unique(get(h)).tolist())
+    for what, get, size in kinds:
+        seen = in_train[what]
         later = {int(x) for hs in (data.valid, data.test) for h in hs for x in np.unique(get(h))}
         foreign = later - seen - {UNKNOWN}
         if foreign:

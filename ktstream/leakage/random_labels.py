@@ -67,17 +67,33 @@ def coin_flip_histories(histories: Sequence[LearnerHistory], seed: int) -> list[
     return out
 
 
+def _relabelled(h: LearnerHistory, n_categories: int, rng: np.random.Generator) -> LearnerHistory:
+    draws = rng.integers(0, n_categories, size=len(h))
+    new = copy.copy(h)
+    new.responses = np.where(h.responses >= 0, draws[interaction_groups(h)], h.responses).astype(np.int64)
+    return new
+
+
 def with_random_labels(histories: Sequence[LearnerHistory], n_categories: int,
                        rng: np.random.Generator) -> list[LearnerHistory]:
     """Copies with every response a uniform draw over the K categories, one draw per interaction."""
-    out = []
-    for h in histories:
-        draws = rng.integers(0, n_categories, size=len(h))
-        resp = np.where(h.responses >= 0, draws[interaction_groups(h)], h.responses)
-        new = copy.copy(h)
-        new.responses = resp.astype(np.int64)
-        out.append(new)
-    return out
+    return [_relabelled(h, n_categories, rng) for h in histories]
+
+
+def streamed_random_labels(train, n_categories: int, rng: np.random.Generator):
+    """`with_random_labels` on a training split streamed from the archive (``ArchiveTrainingData``): every
+    pass draws from ``rng``'s present state, so each epoch sees the same labels, and one pass here leaves
+    ``rng`` where `with_random_labels` would (the validation and test draws come next)."""
+    state = copy.deepcopy(rng.bit_generator.state)
+
+    def per_pass():
+        again = np.random.Generator(type(rng.bit_generator)())
+        again.bit_generator.state = state
+        return lambda h: _relabelled(h, n_categories, again)
+
+    for h in train:
+        rng.integers(0, n_categories, size=len(h))
+    return train.mapped(per_pass)
 
 
 def binary_view(y: np.ndarray, probs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -93,8 +109,11 @@ def random_label_auc(model: KTModel, train, valid, test, cfg: GateConfig, relabe
     """
     rng = np.random.default_rng(cfg.seed + 1)
     K = model.n_categories
-    splits = (train, valid, test)
-    train_r, valid_r, test_r = (with_random_labels(s, K, rng) for s in splits) if relabel else splits
+    train_r, valid_r, test_r = train, valid, test
+    if relabel:
+        streamed = hasattr(train, "mapped")
+        train_r = streamed_random_labels(train, K, rng) if streamed else with_random_labels(train, K, rng)
+        valid_r, test_r = with_random_labels(valid, K, rng), with_random_labels(test, K, rng)
     torch.manual_seed(cfg.seed)
     fresh = type(model)(**model.config())
     tc = TrainConfig(epochs=cfg.random_label_epochs, batch_size=cfg.random_label_batch_size,

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ktstream.data.histories import build_vocabularies, encode
+from ktstream.data.histories import LearnerHistory, build_vocabularies, encode
 from ktstream.data.simulate import simulate
 from ktstream.leakage import GateConfig, GateData, null_bound, run_gate
 from ktstream.leakage.protocol import split_disjoint, vocab_from_train, windowed_after_split
@@ -174,3 +174,88 @@ def test_a_check_that_raises_fails_closed(splits):
 
     report = run_gate(Broken(data.n_items, data.n_concepts), data, GateConfig(checks=("serving_equivalence",)))
     assert report["serving_equivalence"].status == "fail" and "no serving path" in report["serving_equivalence"].detail
+
+
+class Streamed:
+    """A training split read only by passes, as a cycle's window streamed from the archive is: no length,
+    no indexing, so a check that tried to hold or index it would raise."""
+
+    def __init__(self, histories):
+        self._histories, self.passes = histories, 0
+
+    def __iter__(self):
+        self.passes += 1
+        return iter(list(self._histories))
+
+    def __bool__(self):
+        return bool(self._histories)
+
+
+def _variants(by, data):
+    h = data.train[0]
+    half = len(h) // 2
+    items, concepts = build_vocabularies(by["train"] + by["valid"] + by["test"])
+    cut = float(np.median(np.concatenate([x.times for x in data.train])))
+    before = [x.slice(0, int(np.searchsorted(x.times, cut))) for x in data.train]
+    after = [x.slice(int(np.searchsorted(x.times, cut)), len(x)) for x in data.train]
+    return {
+        "clean": data,
+        "learner in train and test": replace(data, test=data.test + data.train[:2]),
+        "windows cut before the split": replace(data, train=data.train[1:] + [h.slice(0, half), h.slice(half, len(h))],
+                                                test=data.test + [h.slice(half, len(h))]),
+        "vocabulary from all data": GateData(*[encode(by[k], items, concepts) for k in ("train", "valid", "test")],
+                                             n_items=len(items), n_concepts=len(concepts)),
+        "time split reversed": GateData([x for x in after if len(x)], [x for x in before if len(x)], split="time"),
+    }
+
+
+@pytest.mark.parametrize("variant", ["clean", "learner in train and test", "windows cut before the split",
+                                     "vocabulary from all data", "time split reversed"])
+def test_a_streamed_training_split_gets_the_verdicts_of_the_list(splits, variant):
+    """The data checks read a training split streamed from an archive pass by pass: each verdict, figure and
+    detail equals the one on the same histories as a list, the leaky variants included."""
+    from ktstream.leakage.expansion import repeated_rows_check
+
+    data = _variants(*splits)[variant]
+    stream = Streamed(data.train)
+    streamed = replace(data, train=stream)
+    for check in (split_disjoint, windowed_after_split, vocab_from_train, repeated_rows_check):
+        want, got = check(data, CFG), check(streamed, CFG)
+        assert (got.status, got.figure, got.detail) == (want.status, want.figure, want.detail), check.__name__
+    assert stream.passes >= 4
+    if variant != "clean":
+        assert any(check(streamed, CFG).status == "fail" for check in (split_disjoint, windowed_after_split,
+                                                                     vocab_from_train)), "the variant's leak"
+
+
+class Generated:
+    """A training split made afresh on each pass (nothing held between passes): ``n`` learners of 100 events."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        for k in range(self.n):
+            yield LearnerHistory(f"learner-{k}", np.full(100, 2), np.full((100, 1), 2), np.ones(100, int),
+                                 np.arange(100.0) + k, np.arange(100), [f"learner-{k}-event-{i:06d}" for i in range(100)])
+
+    def __bool__(self):
+        return True
+
+
+def test_split_disjoint_does_not_hold_a_streamed_training_split():
+    """200,000 training event ids (a set of them: about 20 MB) are checked against the later splits one pass
+    at a time: the check's peak allocation stays within a few MB."""
+    import tracemalloc
+
+    train = Generated(2000)
+    later = [next(iter(Generated(1)))]
+    data = GateData(train, later[:0], later, split="learner")
+    tracemalloc.start()
+    try:
+        result = split_disjoint(data, CFG)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert result.status == "fail" and result.figure == 101  # learner-0: its 100 events and its id
+    assert peak < 4 * 2**20, f"peak {peak / 2**20:.1f} MB: the training split's ids were held"

@@ -14,6 +14,11 @@ included: it runs in the process):
   with ``--torch-threads`` threads;
 - floor (``--floor``): DuckDB's own ORDER BY of the same rows and columns, no deduplication: what the
   scan stage cannot go below while DuckDB sorts the archive.
+- cycle (``--cycle``): the data side of one Trainer cycle at C = day 300, H = 14 days: its windows with
+  the training window streamed (``build_windows_from_archive(train_buffer_events=--budget)``), then the
+  leakage gate's data checks over them (split_disjoint, windowed_after_split, vocab_from_train,
+  repeated_rows), each reading the training window pass by pass; cycle_held: the same windows held in
+  memory (``train_buffer_events=None``), no checks.
 
 C is day 300 of the archive's 365. Every stage reports its wall time and its process's CPU time (user +
 system, DuckDB's threads included), from after its imports, and the load average when it ends: on a
@@ -22,6 +27,7 @@ shared machine events per CPU-second is the figure that compares. Usage::
     python bench/archive_scale.py --events 10000000 --floor
     python bench/archive_scale.py --events 1000000 --epoch
     python bench/archive_scale.py --events 100000000
+    python bench/archive_scale.py --events 10000000 --cycle --only cycle_held cycle
 Writes runs/archive_scale/<events>.json.
 """
 
@@ -37,7 +43,7 @@ import time
 from pathlib import Path
 
 DAY_MS = 86_400_000
-STAGES = ("generate", "floor", "scan", "windows", "batches", "epoch")
+STAGES = ("generate", "floor", "scan", "windows", "batches", "epoch", "cycle_held", "cycle")
 
 
 def peak_rss_mb() -> float:
@@ -118,6 +124,8 @@ def _run_stage(args, started: float) -> dict:
                 positions += int(np.searchsorted(h.times, cutoff_ms() / 1000.0, side="left"))
         return {"events": positions, "learners": learners, "items": len(items) - 2, "vocab_seconds": vocab_s,
                 "seconds": time.time() - started}
+    if args.stage in ("cycle", "cycle_held"):
+        return _cycle(args, started)
     items, concepts = vocabularies(args)
     data = ArchiveTrainingData(args.folder, cutoff_ms(), items, concepts, segment=200, budget_events=args.budget,
                                cfg=scan_config(args))
@@ -138,6 +146,27 @@ def _run_stage(args, started: float) -> dict:
             "seconds": time.time() - started}
 
 
+def _cycle(args, started: float) -> dict:
+    from ktstream.finetune.windows import build_windows_from_archive, window_only
+    from ktstream.leakage import GateConfig, GateData
+    from ktstream.leakage.expansion import repeated_rows_check
+    from ktstream.leakage.protocol import split_disjoint, vocab_from_train, windowed_after_split
+
+    streamed = args.stage == "cycle"
+    data = build_windows_from_archive(args.folder, cutoff_ms(), 14 * DAY_MS, cfg=scan_config(args),
+                                      train_buffer_events=args.budget if streamed else None)
+    out = {"events": data.counts["train_events"] + data.counts["select_events"] + data.counts["judge_events"],
+           **data.counts, "windows_seconds": time.time() - started, "windows_peak_rss_mb": peak_rss_mb()}
+    if streamed:
+        gate = GateData(data.train, window_only(data.select, data.select_scored), window_only(data.judge, data.judge_scored),
+                        split="time", n_items=len(data.items), n_concepts=len(data.concepts))
+        for check in (split_disjoint, windowed_after_split, vocab_from_train, repeated_rows_check):
+            t0 = time.time()
+            r = check(gate, GateConfig())
+            out[check.__name__] = {"status": r.status, "seconds": time.time() - t0}
+    return {**out, "seconds": time.time() - started}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=10_000_000)
@@ -148,6 +177,7 @@ def main() -> None:
     parser.add_argument("--epoch", action="store_true", help="also one fine-tuning epoch (DKT, CPU)")
     parser.add_argument("--torch-threads", type=int, default=1, help="torch's threads in the epoch stage")
     parser.add_argument("--floor", action="store_true", help="also DuckDB's ORDER BY alone (no deduplication)")
+    parser.add_argument("--cycle", action="store_true", help="also a Trainer cycle's windows and data checks")
     parser.add_argument("--only", nargs="+", choices=STAGES, help="run these stages only")
     parser.add_argument("--stage", choices=STAGES, help=argparse.SUPPRESS)
     parser.add_argument("--out", default="runs/archive_scale")
@@ -158,7 +188,8 @@ def main() -> None:
         print(json.dumps({**result, "peak_rss_mb": peak_rss_mb(), "load_average": os.getloadavg()[0]}))
         return
     results = {}
-    todo = [s for s in STAGES if (s != "epoch" or args.epoch) and (s != "floor" or args.floor)]
+    todo = [s for s in STAGES if (s != "epoch" or args.epoch) and (s != "floor" or args.floor)
+            and (not s.startswith("cycle") or args.cycle)]
     if Path(args.folder).exists():
         todo.remove("generate")
     if args.only:

@@ -30,7 +30,7 @@ def build(settings):
     return Trainer(settings.archive, ModelRegistry(settings.registry), settings.horizon_ms, settings.every_ms,
                    settings.every_events, int(settings.lateness_s * 1000), settings.family, settings.model_kwargs,
                    settings.finetune_config(), settings.promotion_config(), FinetuneMetrics(),
-                   settings.scan_config())
+                   settings.scan_config(), settings.train_buffer_events)
 
 
 def run(args) -> int:

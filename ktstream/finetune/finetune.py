@@ -9,7 +9,8 @@ Training histories may be cut into segments of ``segment`` positions, each
 trained from the initial state: the trainer takes one optimizer step per batch
 of learners, so a few long histories (EdNet's heavy users) would give one step
 per epoch. Predictions for selection and promotion always use whole histories.
-The leakage check runs on the exact list handed to the trainer.
+The leakage check runs on the exact list handed to the trainer (on each buffer of a
+training window streamed from the archive, as it is read).
 
 Deterministic: seeded (``seed``), the same data in the same order gives
 bit-identical weights on CPU; on CUDA ``deterministic=True`` asks torch for
@@ -135,8 +136,11 @@ def fine_tune(data: TimeWindows, base: KTModel | None = None, cfg: FinetuneConfi
     cfg = cfg or FinetuneConfig()
     started = time.time()
     model, grown = initial_model(data, base, family, model_kwargs, cfg.seed)
-    train = segments(data.train, cfg.segment)
-    assert_before(train, data.cutoff_ms, "training")  # the very batches the trainer will see
+    if hasattr(data.train, "batches"):  # streamed from the archive: each buffer is checked as it is read
+        train = data.train.with_segment(cfg.segment)
+    else:
+        train = segments(data.train, cfg.segment)
+        assert_before(train, data.cutoff_ms, "training")  # the very batches the trainer will see
     assert_before(data.select, data.cutoff_ms + data.horizon_ms, "selection")
     device = resolve_device(cfg.device)
     autocast = autocast_mode(device, cfg)

@@ -4,8 +4,9 @@ One cycle (``run_cycle``) at cutoff C, horizon H:
 
 1. ``build_windows``: windows < C, [C, C+H), [C+H, C+2H); vocabularies from < C,
    extending the serving model's (warm start); the ``Trainer`` builds them from the
-   archive in columns (``build_windows_from_archive``: the same windows, memory bounded
-   by the scan's limit and the windows themselves);
+   archive in columns and streams the training window (``build_windows_from_archive``
+   with ``train_buffer_events``: memory bounded by the scan's limit, one training buffer
+   and the histories of the learners active in [C, C+2H), not by the archive's size);
 2. ``fine_tune`` the serving model (or train ``family`` from scratch when the
    registry is empty);
 3. ``judge``: leakage gate, then paired bootstrap against the serving model;
@@ -98,13 +99,14 @@ class Trainer:
                  every_events: int | None = None, lateness_ms: int = 0, family: str = "dkt",
                  model_kwargs: dict | None = None, ft: FinetuneConfig | None = None,
                  promotion: PromotionConfig | None = None, metrics: FinetuneMetrics | None = None,
-                 scan: ScanConfig | None = None):
+                 scan: ScanConfig | None = None, train_buffer_events: int = 2_000_000):
         if every_ms is None and every_events is None:
             raise ValueError("set every_ms (event time between cycles) or every_events, or both")
         self.archive, self.registry, self.horizon_ms = archive, registry, horizon_ms
         self.every_ms, self.every_events, self.lateness_ms = every_ms, every_events, lateness_ms
         self.family, self.model_kwargs, self.ft, self.promotion = family, model_kwargs, ft, promotion
         self.scan = scan  # DuckDB's limits for reading the archive (None: ScanConfig's defaults)
+        self.train_buffer_events = train_buffer_events  # training positions held at once
         self.metrics = metrics or FinetuneMetrics()
         latest = registry.latest()
         # the last window tried, promoted or rejected: a restart does not retry a rejected window
@@ -136,9 +138,9 @@ class Trainer:
         started = time.time()
         rows = archive_summary(self.archive)["rows"]
         try:
-            def windows(base, n_categories):  # the archive in columns, within the scan's memory limit
+            def windows(base, n_categories):  # the archive in columns, the training window streamed
                 return build_windows_from_archive(self.archive, cutoff, self.horizon_ms, base, n_categories,
-                                                  cfg=self.scan)
+                                                  cfg=self.scan, train_buffer_events=self.train_buffer_events)
 
             cycle = run_cycle(None, cutoff, self.horizon_ms, self.registry, self.family, self.model_kwargs,
                               self.ft, self.promotion, self.metrics, windows=windows)

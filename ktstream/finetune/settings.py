@@ -53,6 +53,8 @@ class TrainerSettings(BaseModel):
     gate: dict[str, Any] = Field(default_factory=dict, description="ktstream.leakage GateConfig fields")
     scan: dict[str, Any] = Field(default_factory=dict, description="ktstream.data.columnar ScanConfig fields: "
                                  "DuckDB's memory_limit, threads, temp_directory, sort_rows")
+    train_buffer_events: int = Field(2_000_000, ge=1, description="training positions a cycle holds at once "
+                                     "(its training window is streamed from the archive in buffers of this size)")
 
     @model_validator(mode="after")
     def _some_trigger(self) -> "TrainerSettings":

@@ -8,12 +8,16 @@ Memory is the buffer's plus DuckDB's limit, whatever the archive's size. With a 
 training window there is one buffer, and the batches are exactly those of the in-memory list.
 
 Every buffer is checked by ``assert_before`` (nothing at or after C) before any of it is batched.
+
+Iterated, the source yields each learner's whole training history (no segments), one archive pass per
+iteration: what the leakage gate's data checks read when a fine-tuning cycle streams its training window.
 """
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -26,14 +30,39 @@ from ktstream.training.trainer import _batches
 
 
 class ArchiveTrainingData:
-    """The training window (< ``cutoff_ms``) of an archive as a `BatchSource` for the trainer."""
+    """The training window (< ``cutoff_ms``) of an archive as a `BatchSource` for the trainer, and as a
+    re-iterable stream of whole training histories."""
 
     def __init__(self, folder: str | Path, cutoff_ms: int, items: Vocabulary, concepts: Vocabulary,
                  segment: int | None = 200, budget_events: int = 2_000_000, cfg: ScanConfig | None = None,
-                 table_events: int = 500_000):
+                 table_events: int = 500_000, events: int | None = None):
         assert budget_events > 0 and table_events > 0, "budgets must be positive"
         self.folder, self.cutoff_ms, self.items, self.concepts = Path(folder), cutoff_ms, items, concepts
         self.segment, self.budget_events, self.cfg, self.table_events = segment, budget_events, cfg, table_events
+        self.events = events  # positions before the cutoff, when the caller has counted them
+        self.per_pass: Callable[[], Callable[[LearnerHistory], LearnerHistory]] | None = None
+
+    def with_segment(self, segment: int | None) -> "ArchiveTrainingData":
+        """The same window cut into pieces of ``segment`` positions when batched."""
+        out = copy.copy(self)
+        out.segment = segment
+        return out
+
+    def mapped(self, per_pass: Callable[[], Callable[[LearnerHistory], LearnerHistory]]) -> "ArchiveTrainingData":
+        """The same window with every whole history passed through ``per_pass()`` (called at the start of each
+        pass, so a function that draws from a generator draws the same on every pass) before it is cut."""
+        out = copy.copy(self)
+        out.per_pass = per_pass
+        return out
+
+    def __iter__(self) -> Iterator[LearnerHistory]:
+        for buffer in self.with_segment(None).buffers():
+            yield from buffer
+
+    def __bool__(self) -> bool:
+        if self.events is None:
+            self.events = sum(len(h) for h in self)
+        return self.events > 0
 
     def _segments(self, h: LearnerHistory) -> list[LearnerHistory]:
         if self.segment is None or len(h) <= self.segment:
@@ -46,13 +75,15 @@ class ArchiveTrainingData:
         items, concepts = pa.array(self.items.ids, pa.string()), pa.array(self.concepts.ids, pa.string())
         buffer: list[LearnerHistory] = []
         size = 0
+        each = self.per_pass() if self.per_pass is not None else None
         for table in learner_tables(reader, self.table_events):
             for h in encode_table(table, self.items, self.concepts, arrow_ids=True, item_values=items,
                                   concept_values=concepts):
                 n = count_before(h, self.cutoff_ms)
                 if n == 0:
                     continue
-                parts = self._segments(h if n == len(h) else part(h, 0, n))
+                whole = h if n == len(h) else part(h, 0, n)
+                parts = self._segments(each(whole) if each is not None else whole)
                 buffer += parts
                 size += n
                 if size >= self.budget_events:

@@ -69,7 +69,7 @@ class TimeWindows:
     items: Vocabulary
     concepts: Vocabulary
     n_categories: int
-    train: list[LearnerHistory]
+    train: list[LearnerHistory]  # or an ArchiveTrainingData (``build_windows_from_archive(train_buffer_events=)``)
     select: list[LearnerHistory]
     select_scored: list[np.ndarray]
     judge: list[LearnerHistory]
@@ -132,39 +132,68 @@ def archive_vocabularies(folder, cutoff_ms: int, files_end_ms: int, base: tuple[
 
 def build_windows_from_archive(folder, cutoff_ms: int, horizon_ms: int,
                                base: tuple[Vocabulary, Vocabulary] | None = None, n_categories: int | None = None,
-                               cfg: ScanConfig | None = None, max_events: int = 1_000_000) -> TimeWindows:
+                               cfg: ScanConfig | None = None, max_events: int = 1_000_000,
+                               train_buffer_events: int | None = None) -> TimeWindows:
     """``build_windows(read_archive(folder, end_ms=C + 2H), ...)`` read in columns: the same windows, built
     learner by learner from tables of about ``max_events`` rows (DuckDB sorts within ``cfg``'s memory).
-    The three windows are held in memory; training on an archive larger than memory streams instead
-    (``ktstream.finetune.stream.ArchiveTrainingData``)."""
+
+    With ``train_buffer_events`` the training window is not held: ``train`` is an `ArchiveTrainingData`
+    that reads it again, in buffers of about that many positions, each time it is batched or iterated, and
+    ``select`` / ``judge`` hold only the learners with events in their scored windows (the others add
+    nothing to either metric). Memory is then DuckDB's limit, one buffer, and the histories of the
+    learners active in [C, C+2H), whatever the archive's size."""
     if horizon_ms <= 0:
         raise ValueError(f"horizon must be positive, got {horizon_ms} ms")
     C, H = cutoff_ms, horizon_ms
+    streamed = train_buffer_events is not None
     con = connect(cfg)
     items, concepts = archive_vocabularies(folder, C, C + 2 * H, base, con)
-    train, select, judge, max_k, n_before = [], [], [], 0, 0
+    train, select, judge, max_k, n_before, n_learners = [], [], [], 0, 0, 0
     for table in learner_tables(scan(folder, end_ms=C + 2 * H, order="learner", cfg=cfg, con=con), max_events):
         for h in encode_table(table, items, concepts):
-            judge.append(h)
+            n_learners += 1
             n_train, n_select = count_before(h, C), count_before(h, C + H)
+            if n_train:
+                max_k = max(max_k, int(h.responses[:n_train].max()))
+                n_before += n_train
+            if streamed:
+                if n_train == len(h):
+                    continue  # nothing scored in either window
+                h = _owned(h)  # not a view of the table's columns, which would keep them all alive
+                if n_select > n_train:
+                    select.append(h if n_select == len(h) else part(h, 0, n_select))
+                if len(h) > n_select:
+                    judge.append(h)
+                continue
+            judge.append(h)
             if n_select:
                 select.append(h if n_select == len(h) else part(h, 0, n_select))
             if n_train:
                 train.append(h if n_train == len(h) else part(h, 0, n_train))
-                max_k = max(max_k, int(h.responses[:n_train].max()))
-                n_before += n_train
     for window in (train, select, judge):  # learner id order, as `build_windows` (the scan orders by group)
         window.sort(key=lambda h: h.learner_id)
-    assert_before(train, C, "training")
+    if streamed:
+        from ktstream.finetune.stream import ArchiveTrainingData  # it imports assert_before from here
+
+        train = ArchiveTrainingData(folder, C, items, concepts, segment=None, budget_events=train_buffer_events,
+                                    cfg=cfg, table_events=max_events, events=n_before)
+    else:
+        assert_before(train, C, "training")
     assert_before(select, C + H, "selection")
     data = TimeWindows(C, H, items, concepts, n_categories or max(2, 1 + max_k), train, select, _scored(select, C),
                        judge, _scored(judge, C + H))
     data.counts = {"train_events": n_before, "select_events": int(sum(s.sum() for s in data.select_scored)),
-                   "judge_events": int(sum(s.sum() for s in data.judge_scored)), "learners": len(judge),
+                   "judge_events": int(sum(s.sum() for s in data.judge_scored)), "learners": n_learners,
                    "items": len(items) - 2, "concepts": len(concepts) - 2,
                    "new_items": len(items) - (len(base[0]) if base else 2),
                    "new_concepts": len(concepts) - (len(base[1]) if base else 2)}
     return data
+
+
+def _owned(h: LearnerHistory) -> LearnerHistory:
+    """A copy of ``h`` that owns its arrays and event ids."""
+    return LearnerHistory(h.learner_id, h.items.copy(), h.concepts.copy(), h.responses.copy(), h.times.copy(),
+                          h.step_start.copy(), list(h.event_ids))
 
 
 def window_only(histories: Sequence[LearnerHistory], scored: Sequence[np.ndarray]) -> list[LearnerHistory]:

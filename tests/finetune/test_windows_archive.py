@@ -90,8 +90,9 @@ def test_streamed_training_holds_every_event_before_the_cutoff_and_none_after(tm
 @pytest.mark.slow
 def test_ednet_cycles_see_the_same_windows_through_the_columnar_path(tmp_path):
     """EdNet KT1 (the 11 learners of bench/finetune_ednet.py), archived and cut at that bench's cycle
-    cutoffs: the windows read in columns equal those built from the records, so its fine-tuning result
-    (deterministic on CPU) is the same through either path."""
+    cutoffs: the windows read in columns, held or with the training window streamed as the Trainer reads it,
+    equal those built from the records, so its fine-tuning result (deterministic on CPU) is the same through
+    every path."""
     from datetime import datetime, timezone
 
     from connectors.datasets import iter_events
@@ -114,3 +115,9 @@ def test_ednet_cycles_see_the_same_windows_through_the_columnar_path(tmp_path):
         assert got.concepts.ids == expected.concepts.ids
         for name in ("train", "select", "judge"):
             same_histories(getattr(expected, name), getattr(got, name))
+        streamed = build_windows_from_archive(folder, cutoff, H, train_buffer_events=2_000_000)  # the Trainer's
+        assert streamed.counts == expected.counts
+        same_histories(expected.train, list(streamed.train))
+        for name in ("select", "judge"):  # the learners with events to score
+            held = [h for h, s in zip(getattr(expected, name), getattr(expected, f"{name}_scored")) if s.any()]
+            same_histories(held, getattr(streamed, name))

@@ -78,8 +78,12 @@ def run_gate(model: KTModel, data: GateData | Sequence[LearnerHistory], config: 
         result.extras["seconds"] = round(time.time() - t0, 2)
         log.info("leakage check %-31s %s %s", name, result.status, result.detail)
         checks.append(result)
-    repeats, rows = repeated_rows(Chained(*data.splits().values()))
-    labels = {"data": data_label(repeats / rows)} if rows else {}
+    counted = next((c for c in checks if c.name == "repeated_rows" and "label" in c.extras), None)
+    if counted is not None:  # the check counted the same rows: no second pass over the data
+        labels = {"data": counted.extras["label"]}
+    else:
+        repeats, rows = repeated_rows(Chained(*data.splits().values()))
+        labels = {"data": data_label(repeats / rows)} if rows else {}
     if "probe_notes" in cache:
         labels["probe"] = ", ".join(f"{k} {v}" for k, v in cache["probe_notes"].items())
     return GateReport(model.name, checks, labels, cfg.as_dict(), time.time() - started)

@@ -91,6 +91,17 @@ def test_expanded_rows_fail_random_labels_and_the_data_check():
     assert report.labels["data"].startswith("rows as given")
 
 
+@pytest.mark.parametrize("merged", [False, True])
+def test_the_data_label_is_the_same_whether_or_not_the_repeated_rows_check_ran(merged):
+    """The label reuses the check's count when it ran, and counts the rows itself when it did not."""
+    data = _expanded_data(np.random.default_rng(1), merged=merged)
+    model = create("dkt", n_items=N_ITEMS, n_concepts=10, dim=16, hidden=32, dropout=0.0)
+    with_check = run_gate(model, data, GateConfig(checks=["repeated_rows"]))
+    without = run_gate(model, data, GateConfig(checks=["split_disjoint"]))
+    assert with_check.labels == without.labels
+    assert with_check.labels["data"].startswith("question-level" if merged else "rows as given")
+
+
 def test_the_same_questions_merged_pass_random_labels():
     torch.manual_seed(0)
     data = _expanded_data(np.random.default_rng(1), merged=True)

@@ -26,8 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 import numpy as np
+import pyarrow as pa
 
-from ktstream.data.columnar import ScanConfig, connect, encode_table, first_seen, learner_tables, scan
+from ktstream.data.columnar import (ArrowIds, ScanConfig, connect, encode_table, first_seen, learner_tables,
+                                   scan)
 from ktstream.data.histories import LearnerHistory, build_vocabularies, count_before, encode, part
 from ktstream.data.vocab import Vocabulary
 from ktstream.exceptions import LeakageError
@@ -150,7 +152,7 @@ def build_windows_from_archive(folder, cutoff_ms: int, horizon_ms: int,
     items, concepts = archive_vocabularies(folder, C, C + 2 * H, base, con)
     train, select, judge, max_k, n_before, n_learners = [], [], [], 0, 0, 0
     for table in learner_tables(scan(folder, end_ms=C + 2 * H, order="learner", cfg=cfg, con=con), max_events):
-        for h in encode_table(table, items, concepts):
+        for h in encode_table(table, items, concepts, arrow_ids=streamed):
             n_learners += 1
             n_train, n_select = count_before(h, C), count_before(h, C + H)
             if n_train:
@@ -191,9 +193,10 @@ def build_windows_from_archive(folder, cutoff_ms: int, horizon_ms: int,
 
 
 def _owned(h: LearnerHistory) -> LearnerHistory:
-    """A copy of ``h`` that owns its arrays and event ids."""
+    """A copy of ``h`` that owns its arrays, its event ids kept in an Arrow array of their own (a Python
+    string per event would triple the bytes held)."""
     return LearnerHistory(h.learner_id, h.items.copy(), h.concepts.copy(), h.responses.copy(), h.times.copy(),
-                          h.step_start.copy(), list(h.event_ids))
+                          h.step_start.copy(), ArrowIds(pa.concat_arrays([h.event_ids.arrow()])))
 
 
 def window_only(histories: Sequence[LearnerHistory], scored: Sequence[np.ndarray]) -> list[LearnerHistory]:

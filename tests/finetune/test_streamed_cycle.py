@@ -42,6 +42,7 @@ def test_streamed_windows_hold_only_the_scored_learners(tmp_path, stream, partit
         assert len(want) < len(getattr(held, name)), f"some learners have nothing scored in {name}"
         assert all(s.any() for s in getattr(got, f"{name}_scored"))
     assert all(h.items.base is None for h in got.judge), "held histories own their arrays, not the scan's tables"
+    assert all(h.event_ids.arrow().buffers()[1].size == 4 * (len(h) + 1) for h in got.judge), "and their ids"
 
 
 def test_streamed_cycle_fine_tunes_to_the_same_weights_and_gate_verdicts(tmp_path, stream):

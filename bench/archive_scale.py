@@ -158,8 +158,8 @@ def _cycle(args, started: float) -> dict:
     out = {"events": data.counts["train_events"] + data.counts["select_events"] + data.counts["judge_events"],
            **data.counts, "windows_seconds": time.time() - started, "windows_peak_rss_mb": peak_rss_mb()}
     if streamed:
-        gate = GateData(data.train, window_only(data.select, data.select_scored), window_only(data.judge, data.judge_scored),
-                        split="time", n_items=len(data.items), n_concepts=len(data.concepts))
+        valid, test = window_only(data.select, data.select_scored), window_only(data.judge, data.judge_scored)
+        gate = GateData(data.train, valid, test, split="time", n_items=len(data.items), n_concepts=len(data.concepts))
         for check in (split_disjoint, windowed_after_split, vocab_from_train, repeated_rows_check):
             t0 = time.time()
             r = check(gate, GateConfig())

@@ -236,8 +236,9 @@ class Generated:
 
     def __iter__(self):
         for k in range(self.n):
+            ids = [f"learner-{k}-event-{i:06d}" for i in range(100)]
             yield LearnerHistory(f"learner-{k}", np.full(100, 2), np.full((100, 1), 2), np.ones(100, int),
-                                 np.arange(100.0) + k, np.arange(100), [f"learner-{k}-event-{i:06d}" for i in range(100)])
+                                 np.arange(100.0) + k, np.arange(100), ids)
 
     def __bool__(self):
         return True

@@ -29,6 +29,7 @@ import torch
 
 from ktstream.data.histories import LearnerHistory
 from ktstream.data.vocab import Vocabulary
+from ktstream.finetune.exceptions import FinetuneError
 from ktstream.finetune.windows import TimeWindows, assert_before
 from ktstream.finetune.warmstart import warm_start
 from ktstream.models import create
@@ -134,6 +135,9 @@ def fine_tune(data: TimeWindows, base: KTModel | None = None, cfg: FinetuneConfi
     ``family`` model is trained. ``base`` itself is never modified.
     """
     cfg = cfg or FinetuneConfig()
+    if not any(s.any() for s in data.select_scored):
+        raise FinetuneError(f"no events in the selection window [{data.cutoff_ms}, "
+                            f"{data.cutoff_ms + data.horizon_ms}) ms: nothing to select the epoch on")
     started = time.time()
     model, grown = initial_model(data, base, family, model_kwargs, cfg.seed)
     if hasattr(data.train, "batches"):  # streamed from the archive: each buffer is checked as it is read

@@ -115,3 +115,17 @@ def test_the_trainer_streams_its_training_window(tmp_path, stream, monkeypatch):
     assert cycle is not None and cycle.outcome == "promoted"
     assert len(sizes) > 3 and max(sizes) < 200 + longest
     assert cycle.window["train_events"] == sum(r["event_time"] < cycle.cutoff_ms for r in recs)
+
+
+@pytest.mark.parametrize("buffer", [None, WHOLE])
+def test_a_selection_window_without_events_is_refused_by_name(tmp_path, stream, buffer):
+    """No event in [C, C+H) (a gap in the archive): nothing to select an epoch on, so fine-tuning stops with
+    a FinetuneError naming the window, held or streamed, instead of training without early stopping."""
+    from ktstream.finetune.exceptions import FinetuneError
+
+    recs, C, H = stream
+    gap = [r for r in recs if not C <= r["event_time"] < C + H]
+    folder = archived(tmp_path / "archive", gap)
+    data = build_windows_from_archive(folder, C, H, train_buffer_events=buffer)
+    with pytest.raises(FinetuneError, match=f"no events in the selection window \\[{C}, {C + H}\\)"):
+        fine_tune(data, cfg=tiny_finetune(epochs=1), family="dkt", model_kwargs=TINY_DKT)

@@ -29,7 +29,7 @@ from ktstream.data.vocab import Vocabulary
 from ktstream.finetune.significance import paired_bootstrap
 from ktstream.finetune.finetune import FinetuneResult
 from ktstream.finetune.registry import ModelRegistry
-from ktstream.finetune.windows import TimeWindows, window_only
+from ktstream.finetune.windows import TimeWindows, owned, window_only
 from ktstream.leakage import GateConfig, GateData, GateReport, run_gate
 from ktstream.models.base import KTModel
 from ktstream.training.trainer import predict_histories
@@ -85,14 +85,20 @@ def gate(candidate: KTModel, data: TimeWindows, cfg: PromotionConfig) -> GateRep
     if cfg.random_labels_days is None or "random_labels" not in cfg.gate.checks:
         return run_gate(candidate, full, cfg.gate)
     report = run_gate(candidate, full, replace(cfg.gate, checks=[c for c in cfg.gate.checks if c != "random_labels"]))
-    since = (data.cutoff_ms - cfg.random_labels_days * 86_400_000) / 1000.0
-    recent = [h.slice(int(np.searchsorted(h.times, since)), len(h)) for h in data.train]
-    recent = [h for h in recent if len(h)]
+    recent = recent_training(data, cfg.random_labels_days)
     only = replace(cfg.gate, checks=["random_labels"])
     extra = run_gate(candidate, GateData(recent, valid, test, split="time"), only)
     extra.checks[0].extras["train_window_days"] = cfg.random_labels_days
     return GateReport(report.model, report.checks + extra.checks, report.labels, report.config,
                       report.seconds + extra.seconds)
+
+
+def recent_training(data: TimeWindows, days: float) -> list[LearnerHistory]:
+    """Each learner's training events of the last ``days`` before C (learners with none left out), as
+    histories of their own: a window streamed from the archive is not held through them."""
+    since = (data.cutoff_ms - days * 86_400_000) / 1000.0
+    recent = (h.slice(int(np.searchsorted(h.times, since)), len(h)) for h in data.train)
+    return [owned(h) for h in recent if len(h)]
 
 
 def judge(candidate: FinetuneResult, serving: tuple[KTModel, Vocabulary, Vocabulary] | None, data: TimeWindows,

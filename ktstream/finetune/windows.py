@@ -161,7 +161,7 @@ def build_windows_from_archive(folder, cutoff_ms: int, horizon_ms: int,
             if streamed:
                 if n_train == len(h):
                     continue  # nothing scored in either window
-                h = _owned(h)  # not a view of the table's columns, which would keep them all alive
+                h = owned(h)  # not a view of the table's columns, which would keep them all alive
                 if n_select > n_train:
                     select.append(h if n_select == len(h) else part(h, 0, n_select))
                 if len(h) > n_select:
@@ -192,11 +192,13 @@ def build_windows_from_archive(folder, cutoff_ms: int, horizon_ms: int,
     return data
 
 
-def _owned(h: LearnerHistory) -> LearnerHistory:
-    """A copy of ``h`` that owns its arrays, its event ids kept in an Arrow array of their own (a Python
-    string in a list costs about 50 bytes more per id)."""
+def owned(h: LearnerHistory) -> LearnerHistory:
+    """A copy of ``h`` that owns its arrays and event ids: a history read from the archive is a view of its
+    whole table, which a view kept after the table is read would keep alive. Arrow ids stay in an Arrow
+    array of their own (a Python string in a list costs about 50 bytes more per id)."""
+    ids = ArrowIds(pa.concat_arrays([h.event_ids.arrow()])) if isinstance(h.event_ids, ArrowIds) else list(h.event_ids)
     return LearnerHistory(h.learner_id, h.items.copy(), h.concepts.copy(), h.responses.copy(), h.times.copy(),
-                          h.step_start.copy(), ArrowIds(pa.concat_arrays([h.event_ids.arrow()])))
+                          h.step_start.copy(), ids)
 
 
 def window_only(histories: Sequence[LearnerHistory], scored: Sequence[np.ndarray]) -> list[LearnerHistory]:

@@ -129,3 +129,18 @@ def test_a_selection_window_without_events_is_refused_by_name(tmp_path, stream, 
     data = build_windows_from_archive(folder, C, H, train_buffer_events=buffer)
     with pytest.raises(FinetuneError, match=f"no events in the selection window \\[{C}, {C + H}\\)"):
         fine_tune(data, cfg=tiny_finetune(epochs=1), family="dkt", model_kwargs=TINY_DKT)
+
+
+def test_the_coin_flip_window_of_a_streamed_cycle_does_not_hold_the_archive_tables(tmp_path, stream):
+    """``random_labels_days`` keeps the last days of training: from a streamed window they are copies, not
+    views of the tables they were read from (which would hold the whole window), and equal the held ones."""
+    from ktstream.finetune.promotion import recent_training
+
+    recs, C, H = stream
+    folder = archived(tmp_path / "archive", recs)
+    held = recent_training(build_windows_from_archive(folder, C, H), 2.0)
+    got = recent_training(build_windows_from_archive(folder, C, H, train_buffer_events=WHOLE), 2.0)
+    same_histories(held, got)
+    assert 0 < sum(len(h) for h in got) < sum(r["event_time"] < C for r in recs)
+    assert all(h.items.base is None and h.times.base is None for h in got)
+    assert all(h.event_ids.arrow().buffers()[1].size == 4 * (len(h) + 1) for h in got)

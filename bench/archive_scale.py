@@ -147,8 +147,9 @@ def _run_stage(args, started: float) -> dict:
 
 
 def _cycle(args, started: float) -> dict:
-    from ktstream.finetune.windows import build_windows_from_archive, window_only
-    from ktstream.leakage import GateConfig, GateData
+    from ktstream.finetune.promotion import gate_data
+    from ktstream.finetune.windows import build_windows_from_archive
+    from ktstream.leakage import GateConfig
     from ktstream.leakage.expansion import repeated_rows_check
     from ktstream.leakage.protocol import split_disjoint, vocab_from_train, windowed_after_split
 
@@ -158,8 +159,7 @@ def _cycle(args, started: float) -> dict:
     out = {"events": data.counts["train_events"] + data.counts["select_events"] + data.counts["judge_events"],
            **data.counts, "windows_seconds": time.time() - started, "windows_peak_rss_mb": peak_rss_mb()}
     if streamed:
-        valid, test = window_only(data.select, data.select_scored), window_only(data.judge, data.judge_scored)
-        gate = GateData(data.train, valid, test, split="time", n_items=len(data.items), n_concepts=len(data.concepts))
+        gate = gate_data(data)
         for check in (split_disjoint, windowed_after_split, vocab_from_train, repeated_rows_check):
             t0 = time.time()
             r = check(gate, GateConfig())

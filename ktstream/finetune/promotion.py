@@ -79,9 +79,16 @@ def scored_predictions(model: KTModel, histories: Sequence[LearnerHistory], scor
     return ys, ps
 
 
-def gate(candidate: KTModel, data: TimeWindows, cfg: PromotionConfig) -> GateReport:
+def gate_data(data: TimeWindows) -> GateData:
+    """The replay's windows as the gate's time-ordered splits: training, and the scored tails of selection
+    and promotion."""
     valid, test = window_only(data.select, data.select_scored), window_only(data.judge, data.judge_scored)
-    full = GateData(data.train, valid, test, split="time", n_items=len(data.items), n_concepts=len(data.concepts))
+    return GateData(data.train, valid, test, split="time", n_items=len(data.items), n_concepts=len(data.concepts))
+
+
+def gate(candidate: KTModel, data: TimeWindows, cfg: PromotionConfig) -> GateReport:
+    full = gate_data(data)
+    valid, test = full.valid, full.test
     if cfg.random_labels_days is None or "random_labels" not in cfg.gate.checks:
         return run_gate(candidate, full, cfg.gate)
     report = run_gate(candidate, full, replace(cfg.gate, checks=[c for c in cfg.gate.checks if c != "random_labels"]))

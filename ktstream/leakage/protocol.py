@@ -39,14 +39,8 @@ def _ids(histories, attr: str):
     return (e for h in histories for e in h.event_ids if e)
 
 
-def _time_bounds(histories) -> tuple[float, float] | None:
-    """(earliest, latest) clock of a split, None without one; one pass (a streamed split is read once)."""
-    low, high = np.inf, -np.inf
-    for h in histories:
-        t = h.times[np.isfinite(h.times)]
-        if len(t):
-            low, high = min(low, float(t.min())), max(high, float(t.max()))
-    return (low, high) if high >= low else None
+def _own_ids(h, attr: str):
+    return (h.learner_id,) if attr == "learner_id" else h.event_ids
 
 
 def split_disjoint(data: GateData, cfg: GateConfig | None = None) -> CheckResult:
@@ -56,22 +50,29 @@ def split_disjoint(data: GateData, cfg: GateConfig | None = None) -> CheckResult
     shared, notes = 0, []
     keys = ["event_id"] + (["learner_id"] if data.split == "learner" else [])
     names = list(splits)
-    for key in keys:
-        # ids of every split but the first as sets; each split is read once against the later ones, so the
-        # training split (first; it may be streamed from an archive) is never held as a set
-        later_ids = {b: set(_ids(splits[b], key)) for b in names[1:]}
-        for i, a in enumerate(names[:-1]):
-            common = {b: set() for b in names[i + 1:]}
-            for x in _ids(splits[a], key):
-                for b, found in common.items():
-                    if x in later_ids[b]:
-                        found.add(x)
-            for b, found in common.items():
-                if found:
-                    shared += len(found)
-                    notes.append(f"{len(found)} {key}s in both {a} and {b} (e.g. {sorted(found)[0]!r})")
+    # ids of every split but the first as sets; each split is read once against the later ones, taking its
+    # clock's bounds in the same pass, so the training split (first; it may be streamed from an archive) is
+    # read once and never held as a set
+    later_ids = {(key, b): set(_ids(splits[b], key)) for key in keys for b in names[1:]}
+    found = {(key, a, b): set() for key in keys for i, a in enumerate(names) for b in names[i + 1:]}
+    bounds = {}
+    for i, a in enumerate(names):
+        low, high = np.inf, -np.inf
+        for h in splits[a]:
+            for key in keys:
+                ids = _own_ids(h, key)
+                for b in names[i + 1:]:
+                    found[key, a, b].update(later_ids[key, b].intersection(ids))
+            t = h.times[np.isfinite(h.times)]
+            if len(t):
+                low, high = min(low, float(t.min())), max(high, float(t.max()))
+        if high >= low:
+            bounds[a] = (low, high)
+    for (key, a, b), ids in found.items():
+        if ids:
+            shared += len(ids)
+            notes.append(f"{len(ids)} {key}s in both {a} and {b} (e.g. {sorted(ids)[0]!r})")
     if data.split == "time":
-        bounds = {k: b for k, b in ((k, _time_bounds(v)) for k, v in splits.items()) if b is not None}
         order = [k for k in ("train", "valid", "test") if k in bounds]
         for a, b in zip(order, order[1:]):
             if bounds[a][1] >= bounds[b][0]:

@@ -55,6 +55,9 @@ def register(sub) -> None:
     p_.add_argument("--memory-limit", metavar="SIZE", default="2GB",
                     help="Parquet event logs: memory for ordering the log by learner (DuckDB, spilling to a "
                          "temporary folder past it), e.g. 512MB (default 2GB)")
+    p_.add_argument("--train-buffer-events", type=int, default=2_000_000, metavar="N",
+                    help="Parquet event logs: training positions held at once; the training window is read "
+                         "again from the log for each epoch, N positions at a time (default 2,000,000)")
     for m in (b, p_):
         _common(m)
 
@@ -94,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
     if args.protocol == "prequential":
         check_timestamped(src)
         check_memory_limit(args.memory_limit)
+        if args.train_buffer_events < 1:
+            raise UsageError(f"--train-buffer-events must be positive, got {args.train_buffer_events}")
         if not 0 <= args.select_from < args.test_from <= 1:
             raise UsageError(f"need 0 <= --select-from < --test-from <= 1, got {args.select_from} and {args.test_from}")
     check_model(args.model, kwargs)
@@ -186,14 +191,16 @@ def _parquet_log(src) -> bool:
 
 def _prequential_parquet(args: argparse.Namespace, src, cfg, kwargs: dict, artifacts: dict):
     """The prequential protocol on Parquet event logs in columns (``evaluation.parquet_log``): the same
-    result and run folder as the record path, in about 70 bytes of memory per event for the log."""
+    result and run folder as the record path, holding one training buffer and the histories of the
+    learners with events at or after C1, not the log."""
+    import tempfile
+
     from connectors.datasets.splits import EVENTS, stream_inputs
     from ktstream.data.columnar import ScanConfig
     from ktstream.data.histories import since
-    from ktstream.evaluation.parquet_log import ParquetLog, recode, response_table
-    from ktstream.evaluation.protocols import prequential_histories
+    from ktstream.evaluation.parquet_log import LogHistories, LogTrainingData, ParquetLog, recode, write_responses
+    from ktstream.evaluation.protocols import prequential_split
     from ktstream.leakage import GateConfig, answer_repeat_warning
-    from ktstream.leakage.random_labels import coin_flip_histories
 
     log = ParquetLog(stream_inputs(src.path, EVENTS), ScanConfig(memory_limit=args.memory_limit))
     n, undated = log.counts()
@@ -203,22 +210,25 @@ def _prequential_parquet(args: argparse.Namespace, src, cfg, kwargs: dict, artif
         raise UsageError(f"{src.label}: {undated} of {n} events have no event_time; the time-ordered protocol "
                          f"needs one on every event (use `evaluate benchmark` for order-only data)")
     c1, c0 = log.time_quantiles([args.select_from, args.test_from])
-    every_vocab = log.vocabularies()
-    everything = log.histories(*every_vocab)
-    flips = None
-    if args.random_labels:
-        everything = coin_flip_histories(everything, args.seed)
-        flips = response_table(everything)
-    train_vocab = log.vocabularies(before_ms=c1)
-    result = prequential_histories(args.model, recode(everything, every_vocab, train_vocab), *train_vocab, c1, c0,
-                                   cfg, kwargs, artifacts=artifacts)
-    result.update(dataset=src.label, format=src.format, rows="as given",
-                  repeated_answers=answer_repeat_warning(since(everything, c0), "test", [],
-                                                         GateConfig.max_repeated_share, everything))
+    every_vocab, train_vocab = log.vocabularies(), log.vocabularies(before_ms=c1)
+    flip_seed = args.seed if args.random_labels else None
+    everything = LogHistories(log, every_vocab, flip_seed=flip_seed)  # read again on each pass, never held
+    later = everything.since(c1)
+    repeats = answer_repeat_warning(since(later, c0), "test", [], GateConfig.max_repeated_share, everything)
+    later = recode(later, every_vocab, train_vocab)  # the log's own codes are let go
+    train = LogTrainingData(LogHistories(log, every_vocab, train_vocab, flip_seed), c1, args.train_buffer_events)
+    result = prequential_split(args.model, train, later, log.learners(), *train_vocab, c1, c0, cfg, kwargs,
+                               artifacts=artifacts)
+    result.update(dataset=src.label, format=src.format, rows="as given", repeated_answers=repeats)
 
     def write(out: Path) -> None:
-        for name, lo, hi in (("train", None, c1), ("valid", c1, c0), ("test", c0, None)):
-            log.write_split(out / f"{name}.parquet", lo, hi, flips)
+        with tempfile.TemporaryDirectory(dir=out) as scratch:
+            flips = None
+            if flip_seed is not None:
+                flips = Path(scratch) / "coin-flips.parquet"
+                write_responses(everything, flips)
+            for name, lo, hi in (("train", None, c1), ("valid", c1, c0), ("test", c0, None)):
+                log.write_split(out / f"{name}.parquet", lo, hi, flips)
     return result, write
 
 

@@ -1,30 +1,37 @@
 """A canonical Parquet event log for the time-ordered protocol, read in columns.
 
 ``ktstream evaluate prequential --events FILE.parquet`` on a log of tens of millions of events cannot
-afford one Python dict per event (about 800 bytes each). `ParquetLog` answers what the protocol asks of
-the log with DuckDB and Arrow: the event-time quantiles that place C1 and C0, the vocabularies of the
-training window (ids in order of first appearance in the log, as ``Vocabulary.build`` over the records
-gives them), every learner's history as arrays (``columnar.scan_log`` ordered, `encode_table` encoded),
-and the split files of the run folder (written by DuckDB, rows in log order). The histories hold about
-70 bytes per event (arrays and the event ids' Arrow column), and the protocol's windows are prefixes of
-them (`histories.before`). DuckDB's memory, up to the configured limit, is held only while a query runs:
-each runs on a connection of its own.
+afford one Python dict per event (about 800 bytes each), nor every learner's history held as arrays
+(about 70 bytes per event). `ParquetLog` answers what the protocol asks of the log with DuckDB and Arrow:
+the event-time quantiles that place C1 and C0, the vocabularies of the training window (ids in order of
+first appearance in the log, as ``Vocabulary.build`` over the records gives them) and the split files of
+the run folder (written by DuckDB, rows in log order). `LogHistories` reads every learner's history as
+arrays (``columnar.scan_log`` ordered, `encode_table` encoded) again on each iteration, a table of whole
+learners at a time; `LogTrainingData` cuts the training window (events < C1) out of each such pass in
+buffers of a set number of positions, as a fine-tuning cycle streams its archive. So the protocol holds
+one training buffer and the histories of the learners with events at or after C1 (the selection and
+test windows score only those), not the log. DuckDB's memory, up to the configured limit, is held only
+while a query runs: each runs on a connection of its own.
 
-Everything here equals the record path's result on the same log: tests/evaluation/test_parquet_log.py
-runs both.
+Everything here equals the record path's result on the same log (with one training buffer, the very
+batches): tests/evaluation/test_parquet_log.py runs both.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ktstream.data.columnar import ArrowIds, ScanConfig, _files_sql, connect, encode_table, learner_tables, scan_log
-from ktstream.data.histories import LearnerHistory
+from ktstream.data.histories import LearnerHistory, count_before
 from ktstream.data.vocab import Vocabulary
+from ktstream.finetune.stream import ArchiveTrainingData
+from ktstream.leakage.random_labels import coin_flip_histories
 
 
 class ParquetLog:
@@ -52,6 +59,10 @@ class ParquetLog:
         n, undated = self._one(f"SELECT count(*), count(*) FILTER (WHERE event_time IS NULL) FROM {self._src}")
         return int(n), int(undated)
 
+    def learners(self) -> int:
+        """How many learners the log holds."""
+        return int(self._one(f"SELECT count(DISTINCT learner_id) FROM {self._src}")[0])
+
     def time_quantiles(self, qs: Sequence[float]) -> list[int]:
         """``int(np.quantile(times, q))`` for each q (linear interpolation), over the dated events."""
         values = self._one(f"SELECT {', '.join(f'quantile_cont(event_time, {float(q)!r})' for q in qs)} "
@@ -72,28 +83,76 @@ class ParquetLog:
     def histories(self, items: Vocabulary, concepts: Vocabulary, table_events: int = 500_000) -> list[LearnerHistory]:
         """Every learner's history (learner id order; per learner by event time, ``seq``, log order), encoded
         with ``items`` and ``concepts``, built a table of whole learners at a time."""
-        item_values, concept_values = pa.array(items.ids, pa.string()), pa.array(concepts.ids, pa.string())
-        with connect(self.cfg) as con:
-            return [h for table in learner_tables(scan_log(self.paths, self.cfg, con), table_events)
-                    for h in encode_table(table, items, concepts, arrow_ids=True, item_values=item_values,
-                                          concept_values=concept_values)]
+        return list(LogHistories(self, (items, concepts), table_events=table_events))
 
     def write_split(self, path: Path, start_ms: int | None, end_ms: int | None,
-                    responses: pa.Table | None = None) -> None:
-        """The events in [start_ms, end_ms) to ``path`` (Parquet, log order); ``responses`` (columns learner_id,
-        event_id, response) replaces their responses (the coin flips of a random-label run)."""
+                    responses: Path | None = None) -> None:
+        """The events in [start_ms, end_ms) to ``path`` (Parquet, log order); ``responses`` (a Parquet file of
+        learner_id, event_id, response: `write_responses`) replaces their responses (the coin flips of a
+        random-label run)."""
         keep = [f"event_time >= {int(start_ms)}" if start_ms is not None else "true",
                 f"event_time < {int(end_ms)}" if end_ms is not None else "true"]
         rows = (f"SELECT * EXCLUDE (file_row_number), file_index AS _f, file_row_number AS _r FROM {self._src} "
                 f"WHERE {' AND '.join(keep)}")
         with connect(self.cfg) as con:
             if responses is not None:
-                con.register("_ktstream_responses", responses)
                 rows = (f"SELECT l.* REPLACE (f.response::SMALLINT AS response) FROM ({rows}) l "
-                        f"JOIN _ktstream_responses f USING (learner_id, event_id)")
+                        f"JOIN {_files_sql([responses], False)} f USING (learner_id, event_id)")
             quoted = str(path).replace("'", "''")
             con.execute(f"COPY (SELECT * EXCLUDE (_f, _r) FROM ({rows}) ORDER BY _f, _r) TO '{quoted}' "
                         f"(FORMAT parquet)")
+
+
+class LogHistories:
+    """Every learner's whole history in a log, read again from it on each iteration (learner id order):
+    encoded with ``vocab`` (items, concepts); with ``flip_seed``, every response replaced by the coin flips
+    `coin_flip_histories` draws over the same histories held (encoded with the vocabularies of all the log,
+    as its interaction groups need); then moved to ``target``'s vocabularies (`recode`)."""
+
+    def __init__(self, log: ParquetLog, vocab: tuple[Vocabulary, Vocabulary],
+                 target: tuple[Vocabulary, Vocabulary] | None = None, flip_seed: int | None = None,
+                 table_events: int = 500_000):
+        self.log, self.vocab, self.target = log, vocab, target
+        self.flip_seed, self.table_events = flip_seed, table_events
+
+    def __iter__(self) -> Iterator[LearnerHistory]:
+        rng = np.random.default_rng(self.flip_seed) if self.flip_seed is not None else None
+        values = [pa.array(v.ids, pa.string()) for v in self.vocab]
+        with connect(self.log.cfg) as con:
+            for table in learner_tables(scan_log(self.log.paths, self.log.cfg, con), self.table_events):
+                hs = encode_table(table, *self.vocab, arrow_ids=True, item_values=values[0], concept_values=values[1])
+                if rng is not None:
+                    hs = coin_flip_histories(hs, rng)  # the generator goes on from learner to learner
+                yield from hs if self.target is None else recode(hs, self.vocab, self.target)
+
+    def since(self, start_ms: int) -> list[LearnerHistory]:
+        """The whole histories of the learners with an event at or after ``start_ms`` (one pass)."""
+        return [h for h in self if count_before(h, start_ms) < len(h)]
+
+
+class LogTrainingData(ArchiveTrainingData):
+    """The training window (events < ``cutoff_ms``) of `LogHistories` as a `BatchSource` for the trainer:
+    each pass reads the log again and hands on buffers of about ``budget_events`` positions, whole
+    histories (no segments), each checked by ``assert_before``."""
+
+    def __init__(self, histories: LogHistories, cutoff_ms: int, budget_events: int = 2_000_000):
+        assert budget_events > 0, "budgets must be positive"
+        self.source, self.cutoff_ms, self.budget_events = histories, cutoff_ms, budget_events
+        self.items, self.concepts = histories.target or histories.vocab
+        self.segment, self.events, self.per_pass = None, None, None
+
+    def _histories(self) -> Iterator[LearnerHistory]:
+        return iter(self.source)
+
+
+def write_responses(histories: Iterable[LearnerHistory], path: Path, learners: int = 10_000) -> None:
+    """(learner_id, event_id, response) of every event of ``histories`` to a Parquet file for
+    `ParquetLog.write_split`, ``learners`` histories at a time (a streamed log is never held)."""
+    schema = pa.schema([("learner_id", pa.string()), ("event_id", pa.string()), ("response", pa.int64())])
+    it = iter(histories)
+    with pq.ParquetWriter(str(path), schema) as writer:
+        while chunk := list(islice(it, learners)):
+            writer.write_table(response_table(chunk).cast(schema))
 
 
 def response_table(histories: Sequence[LearnerHistory]) -> pa.Table:

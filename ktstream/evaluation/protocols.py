@@ -105,31 +105,47 @@ def prequential_histories(model_name: str, everything: Sequence[LearnerHistory],
                           serving_batch: int = 256, artifacts: dict | None = None) -> dict[str, Any]:
     """`prequential_time` on every learner's whole history (event-time order, every event dated), encoded
     with the vocabularies of the events before ``select_from_ms``: the training and selection windows
-    are the histories' prefixes before C1 and C0 (a large log's histories come from
-    ``parquet_log.ParquetLog``, without one record per event)."""
+    are the histories' prefixes before C1 and C0."""
+    return prequential_split(model_name, before(everything, select_from_ms), everything, len(everything), items,
+                             concepts, select_from_ms, test_from_ms, cfg, model_kwargs, serving_batch, artifacts)
+
+
+def prequential_split(model_name: str, train, later: Sequence[LearnerHistory], learners: int, items: Vocabulary,
+                      concepts: Vocabulary, select_from_ms: int, test_from_ms: int,
+                      cfg: TrainConfig | None = None, model_kwargs: dict | None = None,
+                      serving_batch: int = 256, artifacts: dict | None = None) -> dict[str, Any]:
+    """`prequential_histories` with the training window given apart, as a large log streams it: ``train``
+    is each learner's events before C1, a list or a re-iterable `BatchSource` (``parquet_log.LogTrainingData``:
+    read again on every epoch); ``later`` the whole histories of at least every learner with an event at or
+    after C1, the only ones selection and test score; ``learners`` the log's count of them."""
     cfg = cfg or TrainConfig()
     if not select_from_ms < test_from_ms:
         raise ValueError("select_from must be earlier than test_from")
-    train = before(everything, select_from_ms)
-    before_test = before(everything, test_from_ms)
-    valid_scored = [h.times * 1000.0 >= select_from_ms for h in before_test]
+    before_test = before(later, test_from_ms)
+    valid = [(h, s) for h in before_test if (s := h.times * 1000.0 >= select_from_ms).any()]
+    if not valid:
+        raise ValueError(f"no events in the selection window [{select_from_ms}, {test_from_ms}) ms")
+    top, train_events = 1, 0
+    for h in train:  # one pass (a streamed window is read again on each epoch anyway)
+        top, train_events = max(top, int(h.responses.max())), train_events + len(h)
+    if train_events == 0:
+        raise ValueError(f"no events before select_from ({select_from_ms} ms) to train on")
     torch.manual_seed(cfg.seed)
-    n_categories = max([2] + [1 + int(h.responses.max()) for h in train])
-    model = create(model_name, n_items=len(items), n_concepts=len(concepts), n_categories=n_categories,
+    model = create(model_name, n_items=len(items), n_concepts=len(concepts), n_categories=top + 1,
                    **(model_kwargs or {}))
-    fit_result = fit(model, train, before_test, cfg, valid_scored=valid_scored)
+    fit_result = fit(model, train, [h for h, _ in valid], cfg, valid_scored=[s for _, s in valid])
     model.cpu().eval()
     if artifacts is not None:
         artifacts.update(model=model, items=items, concepts=concepts)
-    test_scored = [h.times * 1000.0 >= test_from_ms for h in everything]
-    probs = serve_prequential(model, everything, test_scored, serving_batch)
+    test_scored = [h.times * 1000.0 >= test_from_ms for h in later]
+    probs = serve_prequential(model, later, test_scored, serving_batch)
     if artifacts is not None:
-        artifacts.update(histories=everything, probs=probs, scored=test_scored)
-    counts = {"learners": len(everything), "train_interactions": sum(len(h) for h in train),
+        artifacts.update(histories=later, probs=probs, scored=test_scored)
+    counts = {"learners": learners, "train_interactions": train_events,
               "test_interactions": int(sum(s.sum() for s in test_scored)),
               "items": len(items) - 2, "concepts": len(concepts) - 2,
               "select_from_ms": select_from_ms, "test_from_ms": test_from_ms}
-    return _result(model_name, model, fit_result, _metrics(everything, probs, test_scored), counts,
+    return _result(model_name, model, fit_result, _metrics(later, probs, test_scored), counts,
                    {"protocol": "prequential_time"})
 
 

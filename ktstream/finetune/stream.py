@@ -69,26 +69,30 @@ class ArchiveTrainingData:
             return [h]
         return [h.slice(s, s + self.segment) for s in range(0, len(h), self.segment)]  # as finetune.segments
 
-    def buffers(self) -> Iterator[list[LearnerHistory]]:
-        """Lists of training segments, each about ``budget_events`` positions, in learner id order."""
+    def _histories(self) -> Iterator[LearnerHistory]:
+        """Each learner's encoded history as one archive read gives it (events < C, and any later ones of
+        the files it reads)."""
         reader = scan(self.folder, end_ms=self.cutoff_ms, order="learner", cfg=self.cfg, con=connect(self.cfg))
         items, concepts = pa.array(self.items.ids, pa.string()), pa.array(self.concepts.ids, pa.string())
+        for table in learner_tables(reader, self.table_events):
+            yield from encode_table(table, self.items, self.concepts, arrow_ids=True, item_values=items,
+                                    concept_values=concepts)
+
+    def buffers(self) -> Iterator[list[LearnerHistory]]:
+        """Lists of training segments, each about ``budget_events`` positions, in learner id order."""
         buffer: list[LearnerHistory] = []
         size = 0
         each = self.per_pass() if self.per_pass is not None else None
-        for table in learner_tables(reader, self.table_events):
-            for h in encode_table(table, self.items, self.concepts, arrow_ids=True, item_values=items,
-                                  concept_values=concepts):
-                n = count_before(h, self.cutoff_ms)
-                if n == 0:
-                    continue
-                whole = h if n == len(h) else part(h, 0, n)
-                parts = self._segments(each(whole) if each is not None else whole)
-                buffer += parts
-                size += n
-                if size >= self.budget_events:
-                    yield self._checked(buffer)
-                    buffer, size = [], 0
+        for h in self._histories():
+            n = count_before(h, self.cutoff_ms)
+            if n == 0:
+                continue
+            whole = h if n == len(h) else part(h, 0, n)
+            buffer += self._segments(each(whole) if each is not None else whole)
+            size += n
+            if size >= self.budget_events:
+                yield self._checked(buffer)
+                buffer, size = [], 0
         if buffer:
             yield self._checked(buffer)
 

@@ -147,3 +147,74 @@ def test_a_log_with_undated_events_is_refused_with_the_count(tmp_path, capsys):
                   {"event_id": "b", "learner_id": "u", "item_id": "q", "response": 0}], tmp_path / "log.parquet")
     assert main(["evaluate", "prequential", "--events", str(tmp_path / "log.parquet")]) == 2
     assert "1 of 2 events have no event_time" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flip_seed", [None, 7])
+def test_the_streamed_training_window_is_the_held_one_in_buffers(logs, flip_seed):
+    """`LogTrainingData` reads the log again on each pass and hands on buffers of at most the budget plus one
+    learner, each learner's events before C1, coin flips included: every pass equals the held histories."""
+    from ktstream.evaluation.parquet_log import LogHistories, LogTrainingData
+
+    root, records = logs
+    c1, _ = cuts(records)
+    log = ParquetLog([root / "log.parquet"])
+    every, train_vocab = log.vocabularies(), log.vocabularies(c1)
+    held = log.histories(*every)
+    if flip_seed is not None:
+        held = coin_flip_histories(held, flip_seed)
+    expected = before(recode(held, every, train_vocab), c1)
+    train = LogTrainingData(LogHistories(log, every, train_vocab, flip_seed), c1, budget_events=60)
+    longest = max(len(h) for h in expected)
+    for _ in range(2):
+        buffers = list(train.buffers())
+        assert len(buffers) > 3 and all(sum(map(len, b)) < 60 + longest for b in buffers)
+        got = [h for b in buffers for h in b]
+        assert [h.learner_id for h in got] == [h.learner_id for h in expected]
+        for a, b in zip(expected, got):
+            for name in ("items", "concepts", "responses", "times", "step_start"):
+                np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+            assert list(a.event_ids) == list(b.event_ids)
+
+
+def test_the_streamed_protocol_holds_only_the_learners_it_scores(logs, tmp_path):
+    """`evaluate prequential` on a Parquet log keeps the whole histories of the learners with events at or
+    after C1 only (what selection and test score): a learner wholly before C1 is trained on, never held.
+    With buffers smaller than the training window the counts, the repeated-answer figures and the split
+    files still equal the record path's (the batches, hence the weights, differ)."""
+    from ktstream.evaluation.parquet_log import LogHistories, LogTrainingData
+    from ktstream.evaluation.protocols import prequential_split
+
+    root, records = logs
+    c1, c0 = cuts(records)
+    log = ParquetLog([root / "log.parquet"])
+    every, train_vocab = log.vocabularies(), log.vocabularies(c1)
+    later = LogHistories(log, every, train_vocab).since(c1)
+    train = LogTrainingData(LogHistories(log, every, train_vocab), c1, budget_events=60)
+    cfg = TrainConfig(epochs=2, patience=1, seed=0, device="cpu")
+    artifacts: dict = {}
+    got = prequential_split("dkt", train, later, log.learners(), *train_vocab, c1, c0, cfg, {"hidden": 16},
+                            artifacts=artifacts)
+    expected = prequential_time("dkt", records, c1, c0, cfg, {"hidden": 16})
+    assert got["counts"] == expected["counts"]
+    late = {r["learner_id"] for r in records if r["event_time"] >= c1}
+    assert {h.learner_id for h in artifacts["histories"]} == late and "zz-early" not in late
+    assert got["counts"]["learners"] > len(late)
+    assert abs(got["test"]["auc"] - expected["test"]["auc"]) < 0.1  # another batching of the same data
+
+    common = ["--model", "dkt", "--model-arg", "hidden=16", "--epochs", "1", "--device", "cpu", "--random-labels"]
+    assert main(["evaluate", "prequential", "--events", str(root / "log.jsonl"), "-o", str(tmp_path / "rec"),
+                 *common]) == 0
+    assert main(["evaluate", "prequential", "--events", str(root / "log.parquet"), "-o", str(tmp_path / "col"),
+                 "--train-buffer-events", "50", *common]) == 0
+    rec, col = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("rec", "col"))
+    assert col["counts"] == rec["counts"] and col["repeated_answers"] == rec["repeated_answers"]
+    for name in ("train", "valid", "test"):
+        assert read_events(tmp_path / "col" / f"{name}.parquet") == read_events(tmp_path / "rec" / f"{name}.parquet")
+    assert sorted(p.name for p in (tmp_path / "col").iterdir()) == sorted(p.name for p in (tmp_path / "rec").iterdir())
+
+
+def test_a_training_buffer_must_hold_something(logs, capsys):
+    root, _ = logs
+    assert main(["evaluate", "prequential", "--events", str(root / "log.parquet"), "--model", "dkt",
+                 "--train-buffer-events", "0"]) == 2
+    assert "--train-buffer-events must be positive" in capsys.readouterr().err

@@ -117,7 +117,7 @@ def prequential_split(model_name: str, train, later: Sequence[LearnerHistory], l
     """`prequential_histories` with the training window given apart, as a large log streams it: ``train``
     is each learner's events before C1, a list or a re-iterable `BatchSource` (``parquet_log.LogTrainingData``:
     read again on every epoch); ``later`` the whole histories of at least every learner with an event at or
-    after C1, the only ones selection and test score; ``learners`` the log's count of them."""
+    after C1, the only ones selection and test score; ``learners`` how many learners the whole log holds."""
     cfg = cfg or TrainConfig()
     if not select_from_ms < test_from_ms:
         raise ValueError("select_from must be earlier than test_from")

@@ -201,6 +201,7 @@ def _prequential_parquet(args: argparse.Namespace, src, cfg, kwargs: dict, artif
     from ktstream.evaluation.parquet_log import LogHistories, LogTrainingData, ParquetLog, recode, write_responses
     from ktstream.evaluation.protocols import prequential_split
     from ktstream.leakage import GateConfig, answer_repeat_warning
+    from ktstream.leakage.random_labels import coin_flips_per_pass
 
     log = ParquetLog(stream_inputs(src.path, EVENTS), ScanConfig(memory_limit=args.memory_limit))
     n, undated = log.counts()
@@ -211,24 +212,24 @@ def _prequential_parquet(args: argparse.Namespace, src, cfg, kwargs: dict, artif
                          f"needs one on every event (use `evaluate benchmark` for order-only data)")
     c1, c0 = log.time_quantiles([args.select_from, args.test_from])
     every_vocab, train_vocab = log.vocabularies(), log.vocabularies(before_ms=c1)
-    flip_seed = args.seed if args.random_labels else None
-    everything = LogHistories(log, every_vocab, flip_seed=flip_seed)  # read again on each pass, never held
+    flips = coin_flips_per_pass(args.seed) if args.random_labels else None
+    everything = LogHistories(log, every_vocab, relabel=flips)  # read again on each pass, never held
     later = everything.since(c1)
     repeats = answer_repeat_warning(since(later, c0), "test", [], GateConfig.max_repeated_share, everything)
     later = recode(later, every_vocab, train_vocab)  # the log's own codes are let go
-    train = LogTrainingData(LogHistories(log, every_vocab, train_vocab, flip_seed), c1, args.train_buffer_events)
+    train = LogTrainingData(LogHistories(log, every_vocab, train_vocab, flips), c1, args.train_buffer_events)
     result = prequential_split(args.model, train, later, log.learners(), *train_vocab, c1, c0, cfg, kwargs,
                                artifacts=artifacts)
     result.update(dataset=src.label, format=src.format, rows="as given", repeated_answers=repeats)
 
     def write(out: Path) -> None:
         with tempfile.TemporaryDirectory(dir=out) as scratch:
-            flips = None
-            if flip_seed is not None:
-                flips = Path(scratch) / "coin-flips.parquet"
-                write_responses(everything, flips)
+            responses = None
+            if flips is not None:
+                responses = Path(scratch) / "coin-flips.parquet"
+                write_responses(everything, responses)
             for name, lo, hi in (("train", None, c1), ("valid", c1, c0), ("test", c0, None)):
-                log.write_split(out / f"{name}.parquet", lo, hi, flips)
+                log.write_split(out / f"{name}.parquet", lo, hi, responses)
     return result, write
 
 

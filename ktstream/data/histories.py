@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ktstream.core import step_key
+from ktstream.exceptions import LeakageError
 from ktstream.data.vocab import PAD, Vocabulary
 
 NO_RESPONSE = -1
@@ -280,3 +281,18 @@ def collate(histories: Sequence[LearnerHistory], length: int | None = None) -> H
         mask[b, :n] = True
     return Histories(torch.from_numpy(items), torch.from_numpy(conc), torch.from_numpy(resp),
                      torch.from_numpy(times), torch.from_numpy(ss), torch.from_numpy(mask))
+
+
+def assert_before(histories: Sequence[LearnerHistory], cutoff_ms: int, what: str = "training") -> None:
+    """Raise `LeakageError` if any position's event time is >= cutoff_ms (or unknown).
+
+    Times in histories are float64 seconds (event_time / 1000); dividing the
+    cutoff the same way keeps the comparison exact: t_ms >= C implies t_ms/1000 >= C/1000.
+    """
+    limit = cutoff_ms / 1000.0
+    for h in histories:
+        bad = ~(h.times < limit)  # NaN (no clock) counts as bad: it cannot be shown to precede C
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise LeakageError(f"{what} history of learner {h.learner_id!r} holds event {str(h.event_ids[i])!r} at "
+                               f"{h.times[i] * 1000.0:.0f} ms, not before the cutoff {cutoff_ms} ms")

@@ -19,7 +19,7 @@ batches): tests/evaluation/test_parquet_log.py runs both.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 
@@ -30,8 +30,7 @@ import pyarrow.parquet as pq
 from ktstream.data.columnar import ArrowIds, ScanConfig, _files_sql, connect, encode_table, learner_tables, scan_log
 from ktstream.data.histories import LearnerHistory, count_before
 from ktstream.data.vocab import Vocabulary
-from ktstream.finetune.stream import ArchiveTrainingData
-from ktstream.leakage.random_labels import coin_flip_histories
+from ktstream.training.streamed import StreamedTrainingData
 
 
 class ParquetLog:
@@ -103,26 +102,30 @@ class ParquetLog:
                         f"(FORMAT parquet)")
 
 
+Relabel = Callable[[], Callable[[list[LearnerHistory]], list[LearnerHistory]]]
+
+
 class LogHistories:
     """Every learner's whole history in a log, read again from it on each iteration (learner id order):
-    encoded with ``vocab`` (items, concepts); with ``flip_seed``, every response replaced by the coin flips
-    `coin_flip_histories` draws over the same histories held (encoded with the vocabularies of all the log,
-    as its interaction groups need); then moved to ``target``'s vocabularies (`recode`)."""
+    encoded with ``vocab`` (items, concepts); with ``relabel``, each table of learners passed through
+    ``relabel()``, called once a pass (so a function that draws from a generator draws the same on every
+    pass: ``random_labels.coin_flips_per_pass``), while encoded with ``vocab``; then moved to ``target``'s
+    vocabularies (`recode`)."""
 
     def __init__(self, log: ParquetLog, vocab: tuple[Vocabulary, Vocabulary],
-                 target: tuple[Vocabulary, Vocabulary] | None = None, flip_seed: int | None = None,
+                 target: tuple[Vocabulary, Vocabulary] | None = None, relabel: Relabel | None = None,
                  table_events: int = 500_000):
         self.log, self.vocab, self.target = log, vocab, target
-        self.flip_seed, self.table_events = flip_seed, table_events
+        self.relabel, self.table_events = relabel, table_events
 
     def __iter__(self) -> Iterator[LearnerHistory]:
-        rng = np.random.default_rng(self.flip_seed) if self.flip_seed is not None else None
+        each = self.relabel() if self.relabel is not None else None
         values = [pa.array(v.ids, pa.string()) for v in self.vocab]
         with connect(self.log.cfg) as con:
             for table in learner_tables(scan_log(self.log.paths, self.log.cfg, con), self.table_events):
                 hs = encode_table(table, *self.vocab, arrow_ids=True, item_values=values[0], concept_values=values[1])
-                if rng is not None:
-                    hs = coin_flip_histories(hs, rng)  # the generator goes on from learner to learner
+                if each is not None:
+                    hs = each(hs)
                 yield from hs if self.target is None else recode(hs, self.vocab, self.target)
 
     def since(self, start_ms: int) -> list[LearnerHistory]:
@@ -130,16 +133,14 @@ class LogHistories:
         return [h for h in self if count_before(h, start_ms) < len(h)]
 
 
-class LogTrainingData(ArchiveTrainingData):
+class LogTrainingData(StreamedTrainingData):
     """The training window (events < ``cutoff_ms``) of `LogHistories` as a `BatchSource` for the trainer:
     each pass reads the log again and hands on buffers of about ``budget_events`` positions, whole
     histories (no segments), each checked by ``assert_before``."""
 
     def __init__(self, histories: LogHistories, cutoff_ms: int, budget_events: int = 2_000_000):
-        assert budget_events > 0, "budgets must be positive"
-        self.source, self.cutoff_ms, self.budget_events = histories, cutoff_ms, budget_events
-        self.items, self.concepts = histories.target or histories.vocab
-        self.segment, self.events, self.per_pass = None, None, None
+        super().__init__(cutoff_ms, budget_events)
+        self.source = histories
 
     def _histories(self) -> Iterator[LearnerHistory]:
         return iter(self.source)

@@ -30,25 +30,11 @@ import pyarrow as pa
 
 from ktstream.data.columnar import (ArrowIds, ScanConfig, connect, encode_table, first_seen, learner_tables,
                                    scan)
-from ktstream.data.histories import LearnerHistory, build_vocabularies, count_before, encode, part
+from ktstream.data.histories import (LearnerHistory, assert_before, build_vocabularies, count_before, encode,
+                                     part)
 from ktstream.data.vocab import Vocabulary
-from ktstream.exceptions import LeakageError
 from ktstream.finetune.exceptions import FinetuneError
-
-
-def assert_before(histories: Sequence[LearnerHistory], cutoff_ms: int, what: str = "training") -> None:
-    """Raise `LeakageError` if any position's event time is >= cutoff_ms (or unknown).
-
-    Times in histories are float64 seconds (event_time / 1000); dividing the
-    cutoff the same way keeps the comparison exact: t_ms >= C implies t_ms/1000 >= C/1000.
-    """
-    limit = cutoff_ms / 1000.0
-    for h in histories:
-        bad = ~(h.times < limit)  # NaN (no clock) counts as bad: it cannot be shown to precede C
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise LeakageError(f"{what} history of learner {h.learner_id!r} holds event {str(h.event_ids[i])!r} at "
-                               f"{h.times[i] * 1000.0:.0f} ms, not before the cutoff {cutoff_ms} ms")
+from ktstream.finetune.stream import ArchiveTrainingData
 
 
 def extend_vocabulary(base: Vocabulary | None, ids: Iterable[str]) -> Vocabulary:
@@ -175,8 +161,6 @@ def build_windows_from_archive(folder, cutoff_ms: int, horizon_ms: int,
     for window in (train, select, judge):  # learner id order, as `build_windows` (the scan orders by group)
         window.sort(key=lambda h: h.learner_id)
     if streamed:
-        from ktstream.finetune.stream import ArchiveTrainingData  # it imports assert_before from here
-
         train = ArchiveTrainingData(folder, C, items, concepts, segment=None, budget_events=train_buffer_events,
                                     cfg=cfg, table_events=max_events, events=n_before)
     else:

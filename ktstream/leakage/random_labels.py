@@ -56,15 +56,25 @@ def coin_flip_labels(records: Sequence[dict], seed: int) -> list[dict]:
     return [{**r, "response": flips[r["event_id"]]} for r in records]
 
 
-def coin_flip_histories(histories: Sequence[LearnerHistory], seed: int) -> list[LearnerHistory]:
+def coin_flip_histories(histories: Sequence[LearnerHistory], seed: int | np.random.Generator) -> list[LearnerHistory]:
     """`coin_flip_labels` on encoded histories (learner id order, vocabularies of all the events): the same
-    draws, without a record per event."""
+    draws, without a record per event (a generator given as ``seed`` goes on from where it is)."""
     rng = np.random.default_rng(seed)
     out = []
     for h in histories:
         draws = rng.integers(0, 2, size=len(h))
         out.append(dataclasses.replace(h, responses=draws[interaction_groups(h)].astype(h.responses.dtype)))
     return out
+
+
+def coin_flips_per_pass(seed: int):
+    """`coin_flip_histories` for histories read again from their source on every pass, a table of learners
+    at a time (``parquet_log.LogHistories``): each pass draws from a fresh generator seeded alike, going on
+    from table to table, so every pass sees the flips that the same histories held would get."""
+    def per_pass():
+        rng = np.random.default_rng(seed)
+        return lambda histories: coin_flip_histories(histories, rng)
+    return per_pass
 
 
 def _relabelled(h: LearnerHistory, n_categories: int, rng: np.random.Generator) -> LearnerHistory:

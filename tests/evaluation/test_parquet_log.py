@@ -12,7 +12,7 @@ from ktstream.data.eventlog import read_events, write_events
 from ktstream.data.histories import before
 from ktstream.evaluation.parquet_log import ParquetLog, recode
 from ktstream.evaluation.protocols import prequential_histories, prequential_time
-from ktstream.leakage.random_labels import coin_flip_histories, coin_flip_labels
+from ktstream.leakage.random_labels import coin_flip_histories, coin_flip_labels, coin_flips_per_pass
 from ktstream.training.trainer import TrainConfig
 
 T0 = 1_600_000_000_000
@@ -163,7 +163,8 @@ def test_the_streamed_training_window_is_the_held_one_in_buffers(logs, flip_seed
     if flip_seed is not None:
         held = coin_flip_histories(held, flip_seed)
     expected = before(recode(held, every, train_vocab), c1)
-    train = LogTrainingData(LogHistories(log, every, train_vocab, flip_seed), c1, budget_events=60)
+    flips = coin_flips_per_pass(flip_seed) if flip_seed is not None else None
+    train = LogTrainingData(LogHistories(log, every, train_vocab, flips), c1, budget_events=60)
     longest = max(len(h) for h in expected)
     for _ in range(2):
         buffers = list(train.buffers())

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from ktstream.core import step_key
-from ktstream.exceptions import LeakageError
 from ktstream.data.vocab import PAD, Vocabulary
+from ktstream.exceptions import LeakageError
 
 NO_RESPONSE = -1
 

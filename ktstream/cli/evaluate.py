@@ -197,10 +197,11 @@ def _prequential_parquet(args: argparse.Namespace, src, cfg, kwargs: dict, artif
 
     from connectors.datasets.splits import EVENTS, stream_inputs
     from ktstream.data.columnar import ScanConfig
-    from ktstream.data.histories import since
+    from ktstream.data.histories import count_before, since
     from ktstream.evaluation.parquet_log import LogHistories, LogTrainingData, ParquetLog, recode, write_responses
     from ktstream.evaluation.protocols import prequential_split
     from ktstream.leakage import GateConfig, answer_repeat_warning
+    from ktstream.leakage.expansion import cotagged_pairs
     from ktstream.leakage.random_labels import coin_flips_per_pass
 
     log = ParquetLog(stream_inputs(src.path, EVENTS), ScanConfig(memory_limit=args.memory_limit))
@@ -214,8 +215,16 @@ def _prequential_parquet(args: argparse.Namespace, src, cfg, kwargs: dict, artif
     every_vocab, train_vocab = log.vocabularies(), log.vocabularies(before_ms=c1)
     flips = coin_flips_per_pass(args.seed) if args.random_labels else None
     everything = LogHistories(log, every_vocab, relabel=flips)  # read again on each pass, never held
-    later = everything.since(c1)
-    repeats = answer_repeat_warning(since(later, c0), "test", [], GateConfig.max_repeated_share, everything)
+    later: list = []
+
+    def keeping_later():  # one pass: every history for the co-tagged pairs, the learners active after C1 kept
+        for h in everything:
+            if count_before(h, c1) < len(h):
+                later.append(h)
+            yield h
+
+    pairs = cotagged_pairs(keeping_later())
+    repeats = answer_repeat_warning(since(later, c0), "test", [], GateConfig.max_repeated_share, cotagged=pairs)
     later = recode(later, every_vocab, train_vocab)  # the log's own codes are let go
     train = LogTrainingData(LogHistories(log, every_vocab, train_vocab, flips), c1, args.train_buffer_events)
     result = prequential_split(args.model, train, later, log.learners(), *train_vocab, c1, c0, cfg, kwargs,

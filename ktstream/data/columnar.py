@@ -468,6 +468,17 @@ def _step_starts(learner_start: np.ndarray, step: pa.Array, times: np.ndarray, n
     return np.maximum.accumulate(np.where(same, 0, np.arange(n)))
 
 
+def encoded_tables(reader: pa.RecordBatchReader, items: Vocabulary, concepts: Vocabulary,
+                   table_events: int = 500_000) -> Iterator[list[LearnerHistory]]:
+    """The histories of a learner-ordered stream, one list per table of whole learners (`learner_tables`),
+    encoded with ``items`` and ``concepts``, event ids kept in Arrow: what a pass over a source too
+    large to hold reads."""
+    item_values, concept_values = pa.array(items.ids, pa.string()), pa.array(concepts.ids, pa.string())
+    for table in learner_tables(reader, table_events):
+        yield encode_table(table, items, concepts, arrow_ids=True, item_values=item_values,
+                           concept_values=concept_values)
+
+
 def encode_table(table: pa.Table, items: Vocabulary, concepts: Vocabulary, arrow_ids: bool = False,
                  item_values: pa.Array | None = None, concept_values: pa.Array | None = None) -> list[LearnerHistory]:
     """One `LearnerHistory` per learner of a learner-ordered table, as `histories.encode` makes them from

@@ -6,7 +6,7 @@ afford one Python dict per event (about 800 bytes each), nor every learner's his
 the event-time quantiles that place C1 and C0, the vocabularies of the training window (ids in order of
 first appearance in the log, as ``Vocabulary.build`` over the records gives them) and the split files of
 the run folder (written by DuckDB, rows in log order). `LogHistories` reads every learner's history as
-arrays (``columnar.scan_log`` ordered, `encode_table` encoded) again on each iteration, a table of whole
+arrays (``columnar.scan_log`` ordered, ``encoded_tables`` encoded) again on each iteration, a table of whole
 learners at a time; `LogTrainingData` cuts the training window (events < C1) out of each such pass in
 buffers of a set number of positions, as a fine-tuning cycle streams its archive. So the protocol holds
 one training buffer and the histories of the learners with events at or after C1 (the selection and
@@ -27,8 +27,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ktstream.data.columnar import ArrowIds, ScanConfig, _files_sql, connect, encode_table, learner_tables, scan_log
-from ktstream.data.histories import LearnerHistory, count_before
+from ktstream.data.columnar import ArrowIds, ScanConfig, _files_sql, connect, encoded_tables, scan_log
+from ktstream.data.histories import LearnerHistory
 from ktstream.data.vocab import Vocabulary
 from ktstream.training.streamed import StreamedTrainingData
 
@@ -120,17 +120,11 @@ class LogHistories:
 
     def __iter__(self) -> Iterator[LearnerHistory]:
         each = self.relabel() if self.relabel is not None else None
-        values = [pa.array(v.ids, pa.string()) for v in self.vocab]
         with connect(self.log.cfg) as con:
-            for table in learner_tables(scan_log(self.log.paths, self.log.cfg, con), self.table_events):
-                hs = encode_table(table, *self.vocab, arrow_ids=True, item_values=values[0], concept_values=values[1])
+            for hs in encoded_tables(scan_log(self.log.paths, self.log.cfg, con), *self.vocab, self.table_events):
                 if each is not None:
                     hs = each(hs)
                 yield from hs if self.target is None else recode(hs, self.vocab, self.target)
-
-    def since(self, start_ms: int) -> list[LearnerHistory]:
-        """The whole histories of the learners with an event at or after ``start_ms`` (one pass)."""
-        return [h for h in self if count_before(h, start_ms) < len(h)]
 
 
 class LogTrainingData(StreamedTrainingData):

@@ -15,9 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-import pyarrow as pa
-
-from ktstream.data.columnar import ScanConfig, connect, encode_table, learner_tables, scan
+from ktstream.data.columnar import ScanConfig, connect, encoded_tables, scan
 from ktstream.data.histories import LearnerHistory
 from ktstream.data.vocab import Vocabulary
 from ktstream.training.streamed import StreamedTrainingData
@@ -37,7 +35,5 @@ class ArchiveTrainingData(StreamedTrainingData):
 
     def _histories(self) -> Iterator[LearnerHistory]:
         reader = scan(self.folder, end_ms=self.cutoff_ms, order="learner", cfg=self.cfg, con=connect(self.cfg))
-        items, concepts = pa.array(self.items.ids, pa.string()), pa.array(self.concepts.ids, pa.string())
-        for table in learner_tables(reader, self.table_events):
-            yield from encode_table(table, self.items, self.concepts, arrow_ids=True, item_values=items,
-                                    concept_values=concepts)
+        for histories in encoded_tables(reader, self.items, self.concepts, self.table_events):
+            yield from histories

@@ -187,10 +187,12 @@ def data_label(share: float) -> str:
 
 
 def answer_repeat_warning(histories: Sequence[LearnerHistory], split: str, known: Sequence[str] = (),
-                          bound: float = 0.01, learn_from: Sequence[LearnerHistory] | None = None) -> dict:
+                          bound: float = 0.01, learn_from: Sequence[LearnerHistory] | None = None,
+                          cotagged: set | None = None) -> dict:
     """What a results file says about repeated answers in the rows its figures are computed on: counts, the
-    known copies the files are, and a warning (None when the share is within ``bound`` and no file is known)."""
-    repeats, rows = repeated_rows(histories, learn_from)
+    known copies the files are, and a warning (None when the share is within ``bound`` and no file is known).
+    Co-tagged pairs as `repeated_rows` takes them (learnt from ``learn_from``, or given)."""
+    repeats, rows = repeated_rows(histories, learn_from, cotagged)
     share = repeats / rows if rows else 0.0
     warning = None
     if share > bound or known:

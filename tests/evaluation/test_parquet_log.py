@@ -9,7 +9,7 @@ import pytest
 
 from ktstream.cli.main import main
 from ktstream.data.eventlog import read_events, write_events
-from ktstream.data.histories import before
+from ktstream.data.histories import before, count_before
 from ktstream.evaluation.parquet_log import ParquetLog, recode
 from ktstream.evaluation.protocols import prequential_histories, prequential_time
 from ktstream.leakage.random_labels import coin_flip_histories, coin_flip_labels, coin_flips_per_pass
@@ -189,7 +189,7 @@ def test_the_streamed_protocol_holds_only_the_learners_it_scores(logs, tmp_path)
     c1, c0 = cuts(records)
     log = ParquetLog([root / "log.parquet"])
     every, train_vocab = log.vocabularies(), log.vocabularies(c1)
-    later = LogHistories(log, every, train_vocab).since(c1)
+    later = [h for h in LogHistories(log, every, train_vocab) if count_before(h, c1) < len(h)]
     train = LogTrainingData(LogHistories(log, every, train_vocab), c1, budget_events=60)
     cfg = TrainConfig(epochs=2, patience=1, seed=0, device="cpu")
     artifacts: dict = {}

@@ -46,9 +46,14 @@ MAX_EVENT_TIME_MS = (datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=timezone.
     milliseconds=1)
 
 
+_MS = timedelta(milliseconds=1)
+
+
 def _epoch_ms(value: datetime) -> int:
     if value.tzinfo is None:
         raise ValueError("event_time must carry a time zone (RFC 3339, e.g. 2024-05-01T10:00:00Z)")
+    if value.microsecond % 1000 == 0:  # whole milliseconds (every epoch-ms time): exact integer arithmetic
+        return (value - _EPOCH) // _MS
     return int(round(value.timestamp() * 1000))
 
 
@@ -156,7 +161,7 @@ class Event(BaseModel):
             if not MIN_EVENT_TIME_MS <= v <= MAX_EVENT_TIME_MS:  # NaN fails too
                 raise ValueError(f"event_time in epoch milliseconds must be in {MIN_EVENT_TIME_MS}.."
                                  f"{MAX_EVENT_TIME_MS} (UTC years 1..9999), got {v!r}")
-            return _EPOCH + timedelta(milliseconds=v)
+            return _EPOCH + timedelta(0, 0, 0, v)  # milliseconds (positional: no keyword parsing per event)
         if isinstance(v, str):
             try:
                 parsed = datetime.fromisoformat(v.replace("Z", "+00:00"))

@@ -24,7 +24,7 @@ failure keeps the original bytes and names its category in ``reason``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import orjson
 import pydantic
@@ -36,8 +36,7 @@ from ktstream.schema import Event
 REASONS = ("oversized", "invalid_json", "schema", "missing_key", "key_mismatch", "future")
 
 
-@dataclass(frozen=True, slots=True)
-class Rejected:
+class Rejected(NamedTuple):
     """A record that failed validation: category and a message a person can act on."""
 
     record: Record
@@ -45,9 +44,8 @@ class Rejected:
     detail: str
 
 
-@dataclass(frozen=True, slots=True)
-class Decoded:
-    """A valid event with the record it came from."""
+class Decoded(NamedTuple):
+    """A valid event with the record it came from (a named tuple: one is made per event)."""
 
     record: Record
     event: Event

@@ -130,9 +130,7 @@ class Processor:
             concepts = [{c: vocab.encode(c) for c in p.decoded.event.concept_ids} for p in flat] \
                 if "mastery" in extras else None  # only mastery reads them
             fields = messages.describe_rows(extras, concepts)
-        for p, row, f, seq in zip(flat, probs.tolist(), fields, seqs):
-            self._predict(batch, p.decoded, row, p.late, f)
-            p.learner.remember(window_record(p.decoded, seq), self.window, self.window_bytes)
+        self._predict(batch, flat, probs.tolist(), fields, seqs)
         batch.wave_sizes = [len(wave) for wave in planned.waves]
         touched = dict.fromkeys(p.learner.learner_id for p in flat)
         batch.staged = [learners[lid] for lid in touched]
@@ -160,19 +158,30 @@ class Processor:
                 out[lid] = LearnerState(lid, s, self.runner.version)
         return out
 
-    def _predict(self, batch: Batch, d: Decoded, probs: list[float], late: bool, fields: dict | None) -> None:
-        out, produced = messages.prediction(self.predictions_topic, d, self.runner.name, self.runner.version,
-                                            probs, late, batch.received_ms, fields)
-        lid = d.event.learner_id
-        batch.outputs.append(out)
-        batch.predictions += 1
-        batch.predicted.setdefault(lid, []).append(d.record)
-        if d.event_time_ms is not None:
-            batch.end_to_end_ms.append(produced - d.event_time_ms)
-            batch.metric_learners[0].append(lid)
-        if len(probs) == 2 and d.event.response is not None:
-            batch.outcomes.append((probs[1], d.event.response))
-            batch.metric_learners[1].append(lid)
+    def _predict(self, batch: Batch, flat: list, probs: list[list[float]], fields: list[dict | None],
+                 seqs: list[int]) -> None:
+        """The prediction of each planned event (wave order) into ``batch``, and the event into its learner's
+        raw window. One loop for the micro-batch, its lookups hoisted: it runs once per event."""
+        topic, name, version = self.predictions_topic, self.runner.name, self.runner.version
+        received = batch.received_ms
+        outputs, predicted, end_to_end, outcomes = batch.outputs, batch.predicted, batch.end_to_end_ms, batch.outcomes
+        e2e_learners, outcome_learners = batch.metric_learners
+        window, window_bytes = self.window, self.window_bytes
+        for p, row, f, seq in zip(flat, probs, fields, seqs):
+            d = p.decoded
+            out, produced = messages.prediction(topic, d, name, version, row, p.late, received, f)
+            e = d.event
+            lid = e.learner_id
+            outputs.append(out)
+            predicted.setdefault(lid, []).append(d.record)
+            if d.event_time_ms is not None:
+                end_to_end.append(produced - d.event_time_ms)
+                e2e_learners.append(lid)
+            if len(row) == 2 and e.response is not None:
+                outcomes.append((row[1], e.response))
+                outcome_learners.append(lid)
+            p.learner.remember(window_record(d, seq), window, window_bytes)
+        batch.predictions += len(flat)
 
     def _dead_letter(self, batch: Batch, record: Record, reason: str, detail: str) -> None:
         batch.outputs.append(messages.dead_letter(self.dead_letter_topic, record, reason, detail))

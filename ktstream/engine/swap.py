@@ -31,9 +31,9 @@ from ktstream.serving.runner import ModelRunner
 
 def window_record(d: Decoded, seq: int) -> WindowRecord:
     """The raw-window form of an applied event; ids are interned (shared by every learner's window)."""
-    e = d.event
-    return WindowRecord(sys.intern(e.item_id), tuple(map(sys.intern, e.concept_ids)), e.response,
-                        d.event_time_ms, e.step_id, seq, e.event_id)
+    e = d.event  # tuple.__new__: WindowRecord's own constructor is a Python call, once per applied event
+    return tuple.__new__(WindowRecord, (sys.intern(e.item_id), tuple(map(sys.intern, e.concept_ids)), e.response,
+                                        d.event_time_ms, e.step_id, seq, e.event_id))
 
 
 def as_event_record(learner_id: str, r: WindowRecord) -> dict[str, Any]:

@@ -221,10 +221,11 @@ class ModelRunner:
         return self.model.predict(batch, query), {}
 
     def _applied(self, wave: list[Planned], new_states: list[State | None]) -> None:
+        version = self.version
         for p, s in zip(wave, new_states):
-            d = p.decoded
-            p.learner.applied(s, d.record.tp, d.record.offset, d.event.event_id, d.event_time_ms, p.late)
-            p.learner.model_version = self.version
+            d, learner = p.decoded, p.learner
+            learner.applied(s, d.record.tp, d.record.offset, d.event.event_id, d.event_time_ms, p.late)
+            learner.model_version = version
 
 
 def _rows(x: Interactions, start: int, stop: int) -> Interactions:

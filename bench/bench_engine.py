@@ -74,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from connectors.broker import EmbeddedBroker  # noqa: E402
 from connectors.kafka.admin import create_topics  # noqa: E402
-from connectors.kafka import KafkaSink, output_sink_for, source_for  # noqa: E402
+from connectors.kafka import KafkaSink, sink_for, source_for  # noqa: E402
 from ktstream.config import load_settings  # noqa: E402
 from ktstream.data.histories import build_vocabularies  # noqa: E402
 from ktstream.data.simulate import simulate  # noqa: E402
@@ -150,7 +150,7 @@ def split_config(cfg: str) -> tuple[str, str]:
 def make_engine(cfg: str, s, serving: dict) -> Engine:
     client, cfg = split_config(cfg)
     s = s.model_copy(update={"kafka": s.kafka.model_copy(update={"client": client})})
-    source, sink = source_for(s.kafka, max_poll_records=s.engine.max_batch), output_sink_for(s.kafka)
+    source, sink = source_for(s.kafka, max_poll_records=s.engine.max_batch), sink_for(s)  # as serve builds them
     if cfg != "passthrough":
         name, s = model_config(cfg, s)
         return build_engine(s, serving[name], source, sink)

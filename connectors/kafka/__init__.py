@@ -24,31 +24,35 @@ def source_for(kafka, topics: list[str] | None = None, max_poll_records: int = 1
     return KafkaSource(kafka, topics, max_poll_records, **overrides)
 
 
-def output_sink_for(kafka, **overrides):
-    """A plain (at-least-once, idempotent, acks=all) sink on ``kafka.client``."""
+def output_sink_for(kafka, track_acked: bool = True, **overrides):
+    """A plain (at-least-once, idempotent, acks=all) sink on ``kafka.client``. ``track_acked=False``: its
+    ``acked`` (the changelog checkpoint durable state records) stays empty, which spares librdkafka a
+    Python delivery callback per record."""
     if kafka.client == "confluent":
         from connectors.kafka.confluent_sink import ConfluentSink
 
-        return ConfluentSink(kafka, **overrides)
-    return KafkaSink(kafka, **overrides)
+        return ConfluentSink(kafka, track_acked, **overrides)
+    return KafkaSink(kafka, track_acked, **overrides)
 
 
-def transactional_sink_for(kafka, state, **overrides):
+def transactional_sink_for(kafka, state, track_acked: bool = True, **overrides):
     """An exactly-once sink (one producer transaction per micro-batch) on ``kafka.client``
     (``state``: ktstream.config.StateSettings: the instance id and the transaction timeout)."""
     if kafka.client == "confluent":
         from connectors.kafka.confluent_sink import ConfluentTransactionalSink
 
-        return ConfluentTransactionalSink(kafka, state, **overrides)
-    return TransactionalSink(kafka, state, **overrides)
+        return ConfluentTransactionalSink(kafka, state, track_acked, **overrides)
+    return TransactionalSink(kafka, state, track_acked, **overrides)
 
 
 def sink_for(settings):
     """The sink ``settings.state.processing_guarantee`` asks for, on ``settings.kafka.client``
-    (``settings``: ktstream.config.Settings)."""
+    (``settings``: ktstream.config.Settings); it tracks ``acked`` only for durable state (``state.dir``),
+    the one reader of it."""
+    durable = settings.state.dir is not None
     if settings.state.processing_guarantee == "exactly-once":
-        return transactional_sink_for(settings.kafka, settings.state)
-    return output_sink_for(settings.kafka)
+        return transactional_sink_for(settings.kafka, settings.state, durable)
+    return output_sink_for(settings.kafka, durable)
 
 
 __all__ = ["CLIENTS", "KafkaSink", "KafkaSource", "TransactionalSink", "output_sink_for", "sink_for", "source_for",

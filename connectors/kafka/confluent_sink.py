@@ -5,7 +5,10 @@ queue (``produce``: key, value, ``partition`` when the output names one, ``heade
 returns once every delivery report of the batch arrived, raising ``SinkError`` if any failed or did
 not arrive in time, so the engine does not commit the batch. One delivery callback per producer
 (set in its configuration, no closure per message) keeps ``acked``: per (topic, partition), the
-offset after the last acknowledged record (the changelog checkpoint the store records). Every
+offset after the last acknowledged record (the changelog checkpoint the store records). Made with
+``track_acked=False`` (no durable state reads ``acked``), the producer reports failed deliveries only
+(``delivery.report.only.error``): no Python callback per message; ``flush`` still returns only once
+librdkafka's queue is empty, every record acknowledged or failed. Every
 failure forgets the pending sends' reports, so a batch processed again after its rollback never
 counts an earlier attempt's. librdkafka's ``flush`` sends what waits for ``linger.ms`` at once.
 The producer is created with the sink: the call does not block, and librdkafka's threads connect and
@@ -44,9 +47,11 @@ DEFAULT_MAX_MESSAGE_BYTES = 1_000_000
 class ConfluentSink:
     transactional = False
 
-    def __init__(self, settings: KafkaSettings, **overrides):
+    def __init__(self, settings: KafkaSettings, track_acked: bool = True, **overrides):
         self.ck = confluent_kafka()  # ConfigError now when the extra is missing
-        self.config = producer_config(settings) | overrides
+        self.track_acked = track_acked
+        only_errors = {} if track_acked else {"delivery.report.only.error": True}
+        self.config = producer_config(settings) | only_errors | overrides
         self.max_record_bytes = int(self.config.get("message.max.bytes", DEFAULT_MAX_MESSAGE_BYTES))
         self._producer = None
         self._errors: list = []  # failed delivery reports since the batch's first send
@@ -127,8 +132,8 @@ class ConfluentSink:
 class ConfluentTransactionalSink(ConfluentSink):
     transactional = True
 
-    def __init__(self, settings: KafkaSettings, state: StateSettings, **overrides):
-        super().__init__(settings, **({"transactional.id": transactional_id(settings, state),
+    def __init__(self, settings: KafkaSettings, state: StateSettings, track_acked: bool = True, **overrides):
+        super().__init__(settings, track_acked, **({"transactional.id": transactional_id(settings, state),
                                        "transaction.timeout.ms": state.transaction_timeout_ms} | overrides))
         self.init_timeout_s = max(30.0, state.transaction_timeout_ms / 1000)
         self.in_transaction = False

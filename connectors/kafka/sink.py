@@ -7,7 +7,8 @@ chooses by key) and ``headers`` go with it (a changelog record names both,
 ktstream.state.changelog). ``flush`` waits for every acknowledgement and
 raises ``SinkError`` if any send failed, so the engine does not commit the
 batch; ``acked`` then holds, per (topic, partition), the offset after the
-last acknowledged record (the changelog checkpoint the store records).
+last acknowledged record (the changelog checkpoint the store records), unless
+the sink was made with ``track_acked=False`` (no durable state reads it).
 Every failure (send, flush) forgets the pending sends, so a batch processed
 again after its rollback never waits on, or counts, an earlier attempt's.
 ``max_record_bytes`` is the producer's ``max_request_size``: the engine
@@ -33,8 +34,9 @@ DEFAULT_MAX_REQUEST_SIZE = 1_048_576
 
 
 class KafkaSink:
-    def __init__(self, settings: KafkaSettings, **overrides):
+    def __init__(self, settings: KafkaSettings, track_acked: bool = True, **overrides):
         self.config = producer_config(settings) | overrides
+        self.track_acked = track_acked  # False: acked stays empty (a sink without a changelog reader)
         self.max_record_bytes = int(self.config.get("max_request_size", DEFAULT_MAX_REQUEST_SIZE))
         self._producer: KafkaProducer | None = None
         self._pending: list = []
@@ -76,6 +78,8 @@ class KafkaSink:
         if failed:
             first = failed[0].exception if failed[0].is_done else "not acknowledged in time"
             raise SinkError(f"{len(failed)} of {len(pending)} messages not acknowledged: {first}")
+        if not self.track_acked:
+            return
         for f in pending:
             md = f.value
             key = (md.topic, md.partition)

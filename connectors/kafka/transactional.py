@@ -61,8 +61,8 @@ def transactional_id(k: KafkaSettings, s: StateSettings) -> str:
 class TransactionalSink(KafkaSink):
     transactional = True
 
-    def __init__(self, settings: KafkaSettings, state: StateSettings, **overrides):
-        super().__init__(settings, transactional_id=transactional_id(settings, state),
+    def __init__(self, settings: KafkaSettings, state: StateSettings, track_acked: bool = True, **overrides):
+        super().__init__(settings, track_acked, transactional_id=transactional_id(settings, state),
                          transaction_timeout_ms=state.transaction_timeout_ms, **overrides)
         self.in_transaction = False
 

@@ -76,6 +76,9 @@ class StateManager:
         """``changelog``: the changelog topic; ``read_changelog(tp, start)``: ``tp``'s changelog records from
         ``start`` to the end taken when the read starts; ``committed(tp)``: the group's committed offset;
         ``generation()``: the group generation now (-1: unknown)."""
+        if not getattr(sink, "track_acked", True):
+            raise ValueError("durable state records the sink's acknowledged changelog offsets: make the sink "
+                             "with track_acked=True (connectors.kafka.sink_for does when state.dir is set)")
         self.store, self.changelog_topic, self.sink = store, changelog, sink
         self.read_changelog, self.committed = read_changelog, committed
         self.settings, self.generation, self.metrics, self.sleep = settings, generation, metrics, sleep

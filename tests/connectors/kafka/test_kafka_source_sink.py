@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import threading
+import uuid
 
 import pytest
 
-from connectors.kafka import output_sink_for, source_for
+from connectors.kafka import output_sink_for, sink_for, source_for
 from connectors.kafka.clients import consumer_config, producer_config
-from ktstream.config import KafkaSettings
+from connectors.kafka.committed import read_partition
+from ktstream.config import KafkaSettings, load_settings
 from ktstream.core import Output
 from ktstream.engine.exceptions import SinkError
 
@@ -113,6 +115,48 @@ def test_sink_failure_raises(kafka_settings, topic, client):
         sink.send([Output(topic(1), b"u", b"x" * 10_000)])
         sink.flush(10)
     sink.close()
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("track_acked", [True, False])
+def test_acked_offsets_are_tracked_only_when_asked_and_flush_waits_either_way(kafka_settings, topic, track_acked):
+    """``acked`` is durable state's changelog checkpoint; a sink made without a reader for it keeps none
+    (librdkafka then reports failed deliveries only), and its flush still returns only once the broker
+    holds every record: a read to the end offsets taken right after it finds them all."""
+    s, t = kafka_settings(), topic(2)
+    sink = output_sink_for(s, track_acked)
+    sink.send(Output(t, f"u{i}".encode(), f"{i}".encode(), partition=i % 2) for i in range(10))
+    sink.flush(30)
+    assert sink.acked == ({(t, 0): 5, (t, 1): 5} if track_acked else {})
+    for p in (0, 1):
+        assert [int(r.value) for r in read_partition(s, t, p, timeout_s=30)] == list(range(p, 10, 2))
+    sink.close()
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("track_acked", [True, False])
+def test_confluent_delivery_failure_fails_the_flush_with_or_without_success_reports(broker, track_acked):
+    """A record that fails after ``produce`` accepted it (here: its topic never appears, so it times out
+    waiting) reaches the flush as a SinkError in both delivery-report modes."""
+    pytest.importorskip("confluent_kafka", reason="confluent-kafka is not installed: the confluent path is not tested")
+    s = KafkaSettings(bootstrap_servers=broker.bootstrap_servers, client="confluent", client_id="test")
+    sink = output_sink_for(s, track_acked, **{"message.timeout.ms": 500})
+    sink.send([Output(f"missing-{uuid.uuid4().hex[:8]}", b"u", b"x")])
+    with pytest.raises(SinkError, match="not acknowledged"):
+        sink.flush(10)
+    sink.close()
+
+
+def test_durable_state_refuses_a_sink_that_does_not_track_acked(tmp_path):
+    """The store records the changelog checkpoint from ``acked``: a sink that keeps none would lose it."""
+    from ktstream.state.manager import StateManager
+    from ktstream.state.sqlite import SqliteStore
+
+    sink = output_sink_for(KafkaSettings(), track_acked=False)
+    with pytest.raises(ValueError, match="track_acked"):
+        StateManager(SqliteStore(str(tmp_path)), "cl", sink, lambda tp, start: [], lambda tp: None)
+    assert sink_for(load_settings(None, state=dict(dir=str(tmp_path)))).track_acked
+    assert not sink_for(load_settings(None)).track_acked
 
 
 def test_client_settings_pass_security_and_extras_through():

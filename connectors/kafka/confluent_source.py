@@ -83,7 +83,7 @@ class ConfluentSource:
                                           if max_records > 1 else [])
         except self.ck.KafkaException as exc:
             raise EngineError(f"poll failed: {exc}") from exc
-        out, last = [], {}
+        out, last, ordered, previous = [], {}, True, None
         for m in messages:
             err = m.error()
             if err is not None:
@@ -92,9 +92,12 @@ class ConfluentSource:
                 log.warning("consumer: %s", err)
                 continue
             topic, partition, offset = m.topic(), m.partition(), m.offset()
-            out.append(Record(topic, partition, offset, m.key(), m.value(), m.timestamp()[1],
-                              tuple(m.headers() or ())))
-            last[(topic, partition)] = offset
+            rec = Record(topic, partition, offset, m.key(), m.value(), m.timestamp()[1], tuple(m.headers() or ()))
+            out.append(rec)
+            last[rec.tp] = offset
+            if previous is not None and previous > rec.tp:
+                ordered = False
+            previous = rec.tp
         try:
             self._dispatch()
         except BaseException:  # e.g. a failed restore: records fetched in this poll must be fetched again
@@ -106,7 +109,7 @@ class ConfluentSource:
             raise
         for tp, offset in last.items():
             self._next[tp] = offset + 1
-        if len(out) > 1 and any(out[i].tp > out[i + 1].tp for i in range(len(out) - 1)):
+        if not ordered:
             out.sort(key=lambda r: r.tp)  # stable: each partition's records stay in offset order
         return out
 

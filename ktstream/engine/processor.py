@@ -43,8 +43,10 @@ RECORD_OVERHEAD_BYTES = 128
 
 def output_nbytes(o: Output) -> int:
     """The size an output has in a produce request (an upper bound of kafka-python's estimate)."""
-    headers = sum(len(k.encode()) + len(v or b"") for k, v in o.headers)
-    return len(o.key or b"") + len(o.value or b"") + headers + RECORD_OVERHEAD_BYTES
+    size = len(o.key or b"") + len(o.value or b"") + RECORD_OVERHEAD_BYTES
+    if o.headers:  # changelog records: predictions and dead letters have none (no generator per output)
+        size += sum(len(k.encode()) + len(v or b"") for k, v in o.headers)
+    return size
 
 
 @dataclass

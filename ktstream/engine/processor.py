@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from ktstream.core import LearnerState, Output, Record, TopicPartition
 from ktstream.engine import messages
-from ktstream.engine.batcher import LatePolicy, plan
+from ktstream.engine.batcher import LatePolicy, Planned, plan
 from ktstream.engine.decode import Decoded, Rejected, decode
 from ktstream.engine.state_cache import StateCache
 from ktstream.engine.swap import rebuild_learners, window_record
@@ -160,7 +160,7 @@ class Processor:
                 out[lid] = LearnerState(lid, s, self.runner.version)
         return out
 
-    def _predict(self, batch: Batch, flat: list, probs: list[list[float]], fields: list[dict | None],
+    def _predict(self, batch: Batch, flat: list[Planned], probs: list[list[float]], fields: list[dict | None],
                  seqs: list[int]) -> None:
         """The prediction of each planned event (wave order) into ``batch``, and the event into its learner's
         raw window. One loop for the micro-batch, its lookups hoisted: it runs once per event."""

@@ -23,7 +23,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 #: Most UTF-8 bytes of each id (event, learner, item, step, and each concept id).
 MAX_ID_BYTES = 256
@@ -57,18 +57,17 @@ def _epoch_ms(value: datetime) -> int:
     return int(round(value.timestamp() * 1000))
 
 
-def _aware_and_in_range(v: datetime) -> datetime:
-    """``v`` if it carries a time zone and stays within UTC years 1..9999 once its offset is applied, else a
-    ValueError. Called by ``Event._parse_time`` on the datetime it returns (one Python validator call per
-    event time: pydantic then only checks that a datetime is one)."""
+def _aware_epoch_ms(v: datetime) -> int:
+    """Epoch milliseconds of ``v`` if it carries a time zone and stays within UTC years 1..9999 once its
+    offset is applied, else a ValueError."""
+    ms = _epoch_ms(v)
     if v.tzinfo is not timezone.utc:  # a UTC datetime is within 1..9999 already
-        _epoch_ms(v)
         try:
             v.astimezone(timezone.utc)
         except (OverflowError, ValueError):
             raise ValueError(f"event_time {v.isoformat()} falls outside UTC years 1..9999 once its offset "
                              f"is applied") from None
-    return v
+    return ms
 
 
 def _within_depth(value: Any, limit: int) -> bool:
@@ -112,11 +111,12 @@ def check_id(value: str, what: str, min_bytes: int = 1) -> str:
 class Event(BaseModel):
     """One learner interaction (or a prediction request when `response` is absent).
 
-    `event_time` is when the learner acted: RFC 3339 text or epoch milliseconds.
-    Sources without a clock leave it out and give `seq`, the source's own order
-    within the learner. Interactions of one learner with the same `step_id`
-    (or, without step ids, the same event time) form one step: all are predicted
-    before any of their responses is applied.
+    `event_time` is when the learner acted: RFC 3339 text or epoch milliseconds,
+    held as epoch milliseconds (the form every consumer reads). Sources without
+    a clock leave it out and give `seq`, the source's own order within the
+    learner. Interactions of one learner with the same `step_id` (or, without
+    step ids, the same event time) form one step: all are predicted before any
+    of their responses is applied.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
@@ -128,13 +128,12 @@ class Event(BaseModel):
                                    description="each 1..256 bytes of UTF-8")
     response: int | None = Field(default=None, ge=0, le=255,
                                  description="ordered category 0..K-1; absent = prediction request")
-    event_time: datetime | None = Field(default=None, description="RFC 3339 or epoch milliseconds, within UTC "
-                                                                  "years 1..9999",
-                                        json_schema_extra={"anyOf": [  # what _parse_time accepts, both forms
-                                            {"type": "string", "format": "date-time"},
-                                            {"type": "number", "minimum": MIN_EVENT_TIME_MS,
-                                             "maximum": MAX_EVENT_TIME_MS},
-                                            {"type": "null"}]})
+    event_time: int | None = Field(default=None, description="RFC 3339 or epoch milliseconds, within UTC years "
+                                                             "1..9999; held as epoch milliseconds",
+                                   json_schema_extra={"anyOf": [  # what _parse_time accepts, both forms
+                                       {"type": "string", "format": "date-time"},
+                                       {"type": "number", "minimum": MIN_EVENT_TIME_MS, "maximum": MAX_EVENT_TIME_MS},
+                                       {"type": "null"}]})
     seq: int | None = Field(default=None, ge=0, le=MAX_INT64, description="source order within the learner")
     step_id: str | None = Field(default=None, max_length=MAX_ID_BYTES)
     elapsed_ms: int | None = Field(default=None, ge=0, le=MAX_INT64)
@@ -151,54 +150,45 @@ class Event(BaseModel):
     @field_validator("event_time", mode="before")
     @classmethod
     def _parse_time(cls, v: Any) -> Any:
+        """Either form to epoch milliseconds, the form every consumer reads (whole ones stay exact)."""
         if v is None:
             return v
-        if isinstance(v, datetime):
-            return _aware_and_in_range(v)
         if isinstance(v, bool):
             raise ValueError("event_time must be RFC 3339 text or epoch milliseconds")
-        if isinstance(v, (int, float)):
+        if isinstance(v, int):
+            if not MIN_EVENT_TIME_MS <= v <= MAX_EVENT_TIME_MS:
+                raise ValueError(f"event_time in epoch milliseconds must be in {MIN_EVENT_TIME_MS}.."
+                                 f"{MAX_EVENT_TIME_MS} (UTC years 1..9999), got {v!r}")
+            return v
+        if isinstance(v, float):
             if not MIN_EVENT_TIME_MS <= v <= MAX_EVENT_TIME_MS:  # NaN fails too
                 raise ValueError(f"event_time in epoch milliseconds must be in {MIN_EVENT_TIME_MS}.."
                                  f"{MAX_EVENT_TIME_MS} (UTC years 1..9999), got {v!r}")
-            return _EPOCH + timedelta(0, 0, 0, v)  # milliseconds (positional: no keyword parsing per event)
+            return _epoch_ms(_EPOCH + timedelta(milliseconds=v))  # rounded as an RFC 3339 time with microseconds
+        if isinstance(v, datetime):
+            return _aware_epoch_ms(v)
         if isinstance(v, str):
             try:
                 parsed = datetime.fromisoformat(v.replace("Z", "+00:00"))
             except ValueError as exc:
                 raise ValueError("event_time %r is not RFC 3339 (e.g. 2024-05-01T10:00:00Z)" % v[:64]) from exc
-            return _aware_and_in_range(parsed)
+            return _aware_epoch_ms(parsed)
         raise ValueError("event_time must be RFC 3339 text or epoch milliseconds")
 
-    # pydantic already bounds every id to 1..256 characters; only non-ASCII text can exceed 256 bytes.
-    # One validator per field, without ValidationInfo: each call costs the event's validation time.
-    @field_validator("event_id")
-    @classmethod
-    def _event_id_bytes(cls, v: str) -> str:
-        return v if v.isascii() else check_id(v, "event_id")
-
-    @field_validator("learner_id")
-    @classmethod
-    def _learner_id_bytes(cls, v: str) -> str:
-        return v if v.isascii() else check_id(v, "learner_id")
-
-    @field_validator("item_id")
-    @classmethod
-    def _item_id_bytes(cls, v: str) -> str:
-        return v if v.isascii() else check_id(v, "item_id")
-
-    @field_validator("step_id")
-    @classmethod
-    def _step_bytes(cls, v: str | None) -> str | None:
-        return v if v is None else check_id(v, "step_id", min_bytes=0)
-
-    @field_validator("concept_ids")
-    @classmethod
-    def _concepts(cls, v: list[str]) -> list[str]:
-        for c in v:
+    @model_validator(mode="after")
+    def _ids_within_bytes(self) -> Event:
+        """pydantic bounds every id to 1..256 characters; only non-ASCII text can exceed 256 bytes. One
+        validator for all ids: each Python validator call costs the event's validation time."""
+        if not (self.event_id.isascii() and self.learner_id.isascii() and self.item_id.isascii()):
+            check_id(self.event_id, "event_id")
+            check_id(self.learner_id, "learner_id")
+            check_id(self.item_id, "item_id")
+        if self.step_id is not None:
+            check_id(self.step_id, "step_id", min_bytes=0)
+        for c in self.concept_ids:
             if not (c.isascii() and 0 < len(c) <= MAX_ID_BYTES):  # ASCII: one byte per character
                 check_id(c, "each concept id")
-        return v
+        return self
 
     @field_validator("attributes", mode="before")
     @classmethod
@@ -217,7 +207,7 @@ class Event(BaseModel):
 
     @property
     def event_time_ms(self) -> int | None:
-        return None if self.event_time is None else _epoch_ms(self.event_time)
+        return self.event_time
 
     @property
     def has_response(self) -> bool:
@@ -226,8 +216,6 @@ class Event(BaseModel):
     def to_record(self) -> dict[str, Any]:
         """Plain dict for JSONL / Parquet, event time as epoch milliseconds."""
         d = self.model_dump(exclude_none=True)
-        if self.event_time is not None:
-            d["event_time"] = self.event_time_ms
         if not d.get("attributes"):
             d.pop("attributes", None)
         return d

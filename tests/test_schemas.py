@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timezone
 from itertools import islice
 from pathlib import Path
 
@@ -77,6 +78,29 @@ def test_event_times_the_engine_accepts_validate(time):
     message = {"event_id": "e1", "learner_id": "u1", "item_id": "q1", "response": 1, "event_time": time}
     Event.model_validate(message)
     valid("Event", message)
+
+
+@pytest.mark.parametrize("form", [1_700_000_000_250, 1_700_000_000_250.0, "2023-11-14T22:13:20.250Z",
+                                  "2023-11-14T23:13:20.25+01:00",
+                                  datetime(2023, 11, 14, 22, 13, 20, 250_000, timezone.utc),
+                                  b'"2023-11-14T22:13:20.250Z"', b"1700000000250"])
+def test_every_form_of_one_instant_holds_the_same_epoch_milliseconds(form):
+    """The event holds its time as epoch milliseconds, whichever form (and path: a dict or JSON bytes) gave it."""
+    fields = {"event_id": "e1", "learner_id": "u1", "item_id": "q1"}
+    if isinstance(form, bytes):
+        event = Event.model_validate_json(b'{"event_id":"e1","learner_id":"u1","item_id":"q1","event_time":%s}' % form)
+    else:
+        event = Event.model_validate({**fields, "event_time": form})
+    assert event.event_time == event.event_time_ms == 1_700_000_000_250
+    assert event.to_record()["event_time"] == 1_700_000_000_250
+
+
+def test_sub_millisecond_times_round_to_the_nearest_millisecond():
+    base = {"event_id": "e1", "learner_id": "u1", "item_id": "q1"}
+    assert Event.model_validate({**base, "event_time": "1970-01-01T00:00:00.0016Z"}).event_time == 2
+    assert Event.model_validate({**base, "event_time": 1.4}).event_time == 1
+    with pytest.raises(ValueError, match="time zone"):
+        Event.model_validate({**base, "event_time": "2024-05-01T10:00:00"})
 
 
 @pytest.mark.parametrize("time", [MAX_EVENT_TIME_MS + 1, MIN_EVENT_TIME_MS - 1, True, "yesterday", [1]])

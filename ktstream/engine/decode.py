@@ -87,7 +87,7 @@ def decode(record: Record, max_bytes: int, not_after_ms: int | None = None) -> D
     if record.key != event.learner_id.encode():
         return Rejected(record, "key_mismatch",
                         f"record key {record.key[:64]!r} is not the learner id {event.learner_id!r}")
-    time_ms = event.event_time_ms
+    time_ms = event.event_time  # epoch milliseconds
     if not_after_ms is not None and time_ms is not None and time_ms > not_after_ms:
         return Rejected(record, "future", f"event time {time_ms} is {time_ms - not_after_ms} ms past the clock "
                         f"plus the allowed skew ({not_after_ms})")

@@ -72,10 +72,10 @@ def engine_for(cfg: str, serving: dict, recs: list[Record], max_batch: int = 100
 def run(engine, n: int) -> int:
     done = 0
     while done < n:
-        batch = engine.step()
-        if batch is None:
+        records = getattr(engine.step(), "records", None)  # no reference to the batch: the collector
+        if records is None:  # runs before the next poll, when a loop has dropped the last batch
             break
-        done += batch.records
+        done += records
     return done
 
 

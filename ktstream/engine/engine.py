@@ -190,13 +190,11 @@ class Engine:
     def step(self) -> Batch | None:
         """Poll and process one micro-batch through the whole commit protocol."""
         self.last_loop = time.monotonic()
-        try:
-            return self._step()
-        finally:
-            if self.collector is not None and self.collector.started:
-                start = time.perf_counter()
-                if self.collector.between_batches(idle=self._idle, joined=self.joined):
-                    self._timed("gc", start)
+        if self.collector is not None and self.collector.started:  # the previous batch is garbage by now
+            start = time.perf_counter()
+            if self.collector.between_batches(idle=self._idle, joined=self.joined):
+                self._timed("gc", start)
+        return self._step()
 
     def _step(self) -> Batch | None:
         if self.queries is not None:

@@ -123,6 +123,13 @@ class Passthrough:
                 batch.end_to_end_ms.append(produced - d.event_time_ms)
         return batch
 
+    def decode(self, records) -> tuple[Batch, None]:
+        """All of ``process``: it reads no learner state."""
+        return self.process(records), None
+
+    def process_decoded(self, batch: Batch, _) -> Batch:
+        return batch
+
     def drop_oversized(self, batch: Batch, limit: int) -> int:
         """The engine's size check on every output; passthrough's outputs are small, so none is dropped."""
         assert all(output_nbytes(o) <= limit for o in batch.outputs), "passthrough made an oversized output"
@@ -162,7 +169,7 @@ def passthrough_engine(s, source, sink) -> Engine:
     e = s.engine
     processor = Passthrough(s.kafka.topics.predictions, s.kafka.topics.dead_letters, e.max_record_bytes)
     return Engine(source, sink, processor, EngineMetrics(), e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s,
-                  collector=collector_for(e))
+                  collector=collector_for(e), overlap_delivery=e.overlap_delivery)
 
 
 def settings(broker, tag: str, events_topic: str, max_batch: int):

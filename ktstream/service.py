@@ -52,7 +52,8 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
                           max_clock_skew_s=e.max_clock_skew_s, window_bytes=e.rebuild_window_bytes)
     engine = Engine(source, sink, processor, metrics, e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s,
                     rebuild_chunk=e.rebuild_chunk, collector=collector_for(e),
-                    max_output_bytes=e.max_output_record_bytes, max_batch_retries=e.max_batch_retries, state=state)
+                    max_output_bytes=e.max_output_record_bytes, max_batch_retries=e.max_batch_retries, state=state,
+                    overlap_delivery=e.overlap_delivery)
     if settings.model.registry is not None:  # hot swap: newly promoted versions are served between micro-batches
         registry = ModelRegistry(settings.model.registry, read_only=True)
         engine.watch(RegistryWatcher(registry, engine.swap, current=serving.version,

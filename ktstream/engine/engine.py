@@ -25,6 +25,12 @@ their source (topic, partition, offset). A batch is processed again at most
 engine stops with ``RetriesExhaustedError`` (as Flink's fixed-delay restart
 strategy gives up), rolled back, so a restart resumes from the committed offsets.
 
+Overlapped delivery (``overlap_delivery``, at-least-once; ``run``): step 3 only
+sends, and the next turn runs its step 1 and the decoding part of step 2 before
+it flushes, commits and applies the batch in flight; a failure there rewinds
+that batch and the records polled after it. A rebalance or a swap inside the
+poll delivers the batch in flight first (a loss drops it).
+
 Exactly-once (a sink with ``transactional = True``, connectors.kafka.transactional)
 replaces steps 3-4 by one producer transaction: ``begin``; ``send`` the outputs;
 ``commit(offsets, group metadata)`` = ``send_offsets_to_transaction`` +
@@ -111,6 +117,13 @@ class DurableState(Protocol):
         """Add the batch's changelog records (one per staged state) to its outputs."""
         ...
 
+    def _finish(self) -> None:
+        """On a normal stop: the batch in flight is flushed, committed and applied (or rolled back)."""
+        try:
+            self._deliver_pending()
+        except SinkError as exc:
+            log.error("sink failed on the last batch; its records will be processed again: %s", exc)
+
     def close(self) -> None:
         """Close the store (``Service.close``, after the engine's clients)."""
         ...
@@ -120,9 +133,12 @@ class Engine:
     def __init__(self, source: Source, sink: Sink, processor: Processor, metrics: EngineMetrics | None = None,
                  max_batch: int = 1000, poll_timeout_s: float = 0.05, flush_timeout_s: float = 30.0,
                  gauge_interval_s: float = 1.0, rebuild_chunk: int = 256, collector: BatchCollector | None = None,
-                 max_output_bytes: int = 1_048_576, max_batch_retries: int = 10, state: DurableState | None = None):
+                 max_output_bytes: int = 1_048_576, max_batch_retries: int = 10, state: DurableState | None = None,
+                 overlap_delivery: bool = True):
         """``state``: durable state (ktstream.state.wiring.durable_state), which must also be the store under
-        ``processor.cache``; None: learner state lives in the cache only."""
+        ``processor.cache``; None: learner state lives in the cache only. ``overlap_delivery``: ``run``
+        polls and decodes the next micro-batch while the last one's outputs are in flight (at-least-once
+        only; ``_step``)."""
         assert state is None or processor.cache.store is state, "durable state must be the store under the cache"
         self.source, self.sink, self.processor, self.state = source, sink, processor, state
         # the largest record sent: the setting, or less if the sink's producer refuses less
@@ -138,6 +154,11 @@ class Engine:
         self.joined = False  # a first assignment arrived (readiness)
         self.collector = collector
         self._idle = False  # the last poll returned nothing
+        self.overlap_delivery = overlap_delivery and not self.transactional
+        self._pending: Batch | None = None  # sent, not yet flushed, committed or applied (overlap_delivery)
+        self._polled_stale = False  # the pending batch was rolled back inside a poll: drop what that poll returned
+        self._rewound: dict[TopicPartition, int] = {}  # where rollbacks of this loop turn sought partitions
+        self._deferred: EngineError | None = None  # raised in a rebalance callback, re-raised after its poll
         self._rebalanced = False
         self.last_loop = time.monotonic()
         self._last_gauges = 0.0
@@ -153,7 +174,8 @@ class Engine:
         log.info("partitions assigned: %s", partitions)
 
     def on_revoked(self, partitions: list[TopicPartition]) -> None:
-        """Everything polled so far is committed (step 4 is synchronous): drop their learners."""
+        """Everything polled so far is committed (a batch in flight is settled first): drop their learners."""
+        self._deliver_pending_in_callback()
         dropped = self.cache.evict_partitions(partitions)
         if self.state is not None:
             self.state.on_revoked(partitions)
@@ -163,6 +185,10 @@ class Engine:
         log.info("partitions revoked: %s (%d learner states dropped)", partitions, dropped)
 
     def on_lost(self, partitions: list[TopicPartition]) -> None:
+        """The group moved on without this member: a batch in flight is not committed, nor applied."""
+        if self._pending is not None:
+            pending, self._pending = self._pending, None
+            self._in_callback(lambda: self._roll_back(pending, "commit"))
         self.cache.evict_partitions(partitions)
         if self.state is not None:
             self.state.on_lost(partitions)
@@ -178,6 +204,7 @@ class Engine:
 
     def swap(self, version) -> None:
         """Serve ``version`` (model, items, concepts, version) from the next micro-batch on."""
+        self._deliver_pending_in_callback()  # its staged states are the old model's: applied first, then made stale
         old = self.processor.runner
         self.processor.swap(ModelRunner(version.model.eval(), version.items, version.concepts, version.version,
                                         old.describes))
@@ -187,47 +214,110 @@ class Engine:
                  version.model.name, version.version, len(self.processor.stale))
 
     # -- the loop --------------------------------------------------------
-    def step(self) -> Batch | None:
-        """Poll and process one micro-batch through the whole commit protocol."""
+    def step(self, overlap: bool = False) -> Batch | None:
+        """Poll and process one micro-batch through the whole commit protocol (a batch an earlier turn
+        left in flight is delivered first). With ``overlap`` (as ``run`` calls it when
+        ``overlap_delivery`` is on), the batch's outputs are only sent: the next turn polls and decodes
+        (step 1, which reads no learner state) while they are in flight, then flushes them, commits
+        and applies (``_deliver_pending``) before it processes anything. Nothing is committed before
+        it was acknowledged, and no state is applied before its offsets were committed, either way."""
         self.last_loop = time.monotonic()
         if self.collector is not None and self.collector.started:  # the previous batch is garbage by now
             start = time.perf_counter()
             if self.collector.between_batches(idle=self._idle, joined=self.joined):
                 self._timed("gc", start)
-        return self._step()
-
-    def _step(self) -> Batch | None:
         if self.queries is not None:
             self.queries.answer(self)
         if self.watcher is not None:
             self.watcher.poll()
         start = time.perf_counter()
+        self._polled_stale, self._rewound = False, {}
         records = self.source.poll(self.poll_timeout_s, self.max_batch)
         self._timed("poll", start)
+        if self._polled_stale:  # the batch in flight was rolled back during the poll: these come again
+            self._rewind(records)
+            exc, self._deferred = self._deferred, None
+            if exc is not None:
+                raise exc
+            return None
         self._idle = not records
         if self._rebalanced:
             self._rebalanced = False
             if self.collector is not None:
                 self._collect()
         self._gauges()
+        start = time.perf_counter()
+        decoded = self.processor.decode(records) if records else None
+        self._timed("process", start)
+        try:
+            settled = self._deliver_pending()
+        except SinkError:
+            self._rewind(records)
+            raise
+        if not settled:
+            self._rewind(records)
+            return None
         if not records:
             self._rebuild_some()
             return None
         start = time.perf_counter()
-        batch = self.processor.process(records)
+        batch = self.processor.process_decoded(*decoded)
         if self.state is not None:
             self.state.changelog(batch)
         self.processor.drop_oversized(batch, self.max_output_bytes)
         self._timed("process", start)
-        if not (self._transaction(batch) if self.transactional else self._flush_and_commit(batch)):
+        if overlap and self.overlap_delivery:
+            self._send(batch)
+            self._pending = batch
+        elif self._transaction(batch) if self.transactional else self._flush_and_commit(batch):
+            self._applied(batch)
+        else:
             return None
+        self._rebuild_some()  # stale cached states after a swap, a chunk per turn
+        return batch
+
+    def _applied(self, batch: Batch) -> None:
+        """Step 5: the batch's offsets are committed, so its staged states become current."""
         self.retries = 0
         flushed, start = now_ms(), time.perf_counter()
         self.cache.apply(batch.staged, batch.offsets)
         self._timed("apply", start)
         self.metrics.observe_batch(batch, flushed)
-        self._rebuild_some()
-        return batch
+
+    def _deliver_pending(self) -> bool:
+        """Flush, commit and apply the batch in flight, if any; False if its commit failed (rolled back)."""
+        if self._pending is None:
+            return True
+        pending, self._pending = self._pending, None
+        if not self._flush_and_commit(pending, sent=True):
+            return False
+        self._applied(pending)
+        return True
+
+    def _deliver_pending_in_callback(self) -> None:
+        """``_deliver_pending`` inside the source's poll (a rebalance callback, a swap): a failure rolls the batch
+        back, the poll's records are dropped (``_polled_stale``) and an error is raised after the poll."""
+        if self._pending is not None:
+            self._in_callback(self._deliver_pending)
+
+    def _in_callback(self, action: Callable[[], object]) -> None:
+        try:
+            if action() is False:
+                self._polled_stale = True
+        except EngineError as exc:  # the clients' callback machinery would swallow it or wrap it
+            self._polled_stale = True
+            self._deferred = exc
+
+    def _rewind(self, records: list) -> None:
+        """Seek each partition of ``records`` back to the first of them, or to where a rollback of this turn
+        sought it if that is earlier (a poll after the rollback's seek may have read on from there)."""
+        firsts: dict[TopicPartition, int] = {}
+        for rec in records:
+            firsts.setdefault(rec.tp, rec.offset)
+        mine = self.source.assignment()
+        positions = {tp: min(off, self._rewound.get(tp, off)) for tp, off in firsts.items() if tp in mine}
+        if positions:
+            self.source.seek(positions)
 
     def run(self, stop: threading.Event, until: Callable[[], bool] | None = None) -> None:
         """Loop until ``stop`` is set (or ``until()`` holds); sink failures are retried after a pause, at
@@ -238,14 +328,22 @@ class Engine:
         try:
             while not stop.is_set() and not (until is not None and until()):
                 try:
-                    self.step()
+                    self.step(overlap=True)
                 except SinkError as exc:
                     log.error("sink failed, retrying the batch: %s", exc)
                     stop.wait(1.0)
+            self._finish()
         finally:
             if self.collector is not None:
                 self.collector.stop()
         self._gauges(force=True)
+
+    def _finish(self) -> None:
+        """On a normal stop: the batch in flight is flushed, committed and applied (or rolled back)."""
+        try:
+            self._deliver_pending()
+        except SinkError as exc:
+            log.error("sink failed on the last batch; its records will be processed again: %s", exc)
 
     def close(self) -> None:
         for part in (self.source, self.sink):
@@ -264,12 +362,21 @@ class Engine:
         return self.joined and (self.state is None or self.state.ready)
 
     # -- commit protocol, steps 3-4 ---------------------------------------
-    def _flush_and_commit(self, batch: Batch) -> bool:
-        """At-least-once: flush (acks=all), then commit the input offsets."""
+    def _send(self, batch: Batch) -> None:
         try:
             start = time.perf_counter()
             self.sink.send(batch.outputs)
-            start = self._timed("send", start)
+            self._timed("send", start)
+        except SinkError:
+            self._roll_back(batch, "sink")
+            raise
+
+    def _flush_and_commit(self, batch: Batch, sent: bool = False) -> bool:
+        """At-least-once: flush (acks=all), then commit the input offsets."""
+        if not sent:
+            self._send(batch)
+        try:
+            start = time.perf_counter()
             self.sink.flush(self.flush_timeout_s)
             start = self._timed("flush", start)
         except SinkError:
@@ -349,6 +456,8 @@ class Engine:
         self.metrics.failures.labels(stage).inc()
         mine = self.source.assignment()
         self.source.seek({tp: off for tp, off in batch.first_offsets.items() if tp in mine})
+        for tp, off in batch.first_offsets.items():
+            self._rewound[tp] = min(off, self._rewound.get(tp, off))
         self.retries += 1
         if self.retries > self.max_batch_retries:
             raise RetriesExhaustedError(f"a micro-batch was rolled back {self.retries} times in a row (last at "

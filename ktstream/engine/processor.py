@@ -99,6 +99,11 @@ class Processor:
         return len(todo)
 
     def process(self, records: list[Record]) -> Batch:
+        return self.process_decoded(*self.decode(records))
+
+    def decode(self, records: list[Record]) -> tuple[Batch, list[Decoded]]:
+        """Step 1 alone: it reads no learner state, so the engine may run it while the previous batch's
+        outputs are still in flight."""
         batch = Batch(received_ms=messages.now_ms(), records=len(records))
         valid: list[Decoded] = []
         for rec in records:
@@ -113,6 +118,10 @@ class Processor:
                 self._dead_letter(batch, d.record, d.reason, d.detail)
             else:
                 valid.append(d)
+        return batch, valid
+
+    def process_decoded(self, batch: Batch, valid: list[Decoded]) -> Batch:
+        """Steps 2-5, for the events ``decode`` kept."""
         learners = self._working_states(valid, batch)
         planned = plan(valid, learners, self.late_policy)
         for d in planned.late:

@@ -119,8 +119,8 @@ def start(model, items, concepts, broker, store):
     state = StateManager(store, topic, sink, lambda tp, start: broker.topics.get((topic, tp[1]), [])[start:],
                          lambda tp: broker.committed.get(tp))
     proc = Processor(ModelRunner(model, items, concepts, "v0"), StateCache(1 << 30, state), "pred", "dead")
-    process = proc.process
-    proc.process = lambda recs: (broker.hit("process"), process(recs))[1]
+    process = proc.process_decoded
+    proc.process_decoded = lambda *decoded: (broker.hit("process"), process(*decoded))[1]
     engine = Engine(Source(broker), sink, proc, max_batch=9, state=state)
     return engine, state
 
@@ -129,9 +129,12 @@ def pending(records, broker):
     return any(r.offset >= broker.committed.get(r.tp, 0) for r in records)
 
 
+@pytest.mark.parametrize("overlap", [False, True], ids=["flush-each", "overlapped"])
 @pytest.mark.parametrize("backend", ["sqlite", "memory"])
 @pytest.mark.parametrize("step", STEPS)
-def test_crash_at_each_step_keeps_the_three_properties(step, backend, tmp_path):
+def test_crash_at_each_step_keeps_the_three_properties(step, backend, overlap, tmp_path):
+    """``overlapped``: each batch's flush, commit and apply come after the next batch was polled and decoded,
+    as ``Engine.run`` does it."""
     model, items, concepts, records, reference = setup(n_learners=12)
     broker = Broker(records)
     inner = FaultySqliteStore(tmp_path, broker=broker) if backend == "sqlite" else FaultyMemoryStore(broker=broker)
@@ -141,13 +144,13 @@ def test_crash_at_each_step_keeps_the_three_properties(step, backend, tmp_path):
         engine, manager = start(model, items, concepts, broker, inner)
         with pytest.raises(Crash):
             while pending(records, broker):
-                engine.step()
+                engine.step(overlap)
         restored += manager.restored_records
         inner.close()
     broker.fault = None
     engine, manager = start(model, items, concepts, broker, inner)
     while pending(records, broker):
-        engine.step()
+        engine.step(overlap)
     restored += manager.restored_records
     if step == "store-write":
         assert restored > 0, "a crash between the commit and the store write must be repaired from the changelog"

@@ -161,8 +161,8 @@ def test_fault_at_each_transactional_step_yields_each_prediction_exactly_once(st
     for _ in range(4):  # a fault at the 3rd, 6th, 9th, 12th time the step is reached
         broker.fault, broker.kind, broker.countdown = step, kind, 3
         engine = start(serving, broker, state_dir)
-        process = engine.processor.process
-        engine.processor.process = lambda recs: (broker.hit("process"), process(recs))[1]
+        process = engine.processor.process_decoded
+        engine.processor.process_decoded = lambda *decoded: (broker.hit("process"), process(*decoded))[1]
         if kind == "crash":
             with pytest.raises(Crash):
                 while pending(records, broker):

@@ -55,11 +55,13 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import math
 import os
 import multiprocessing as mp
 import statistics
+import subprocess
 import sys
 import time
 import uuid
@@ -172,6 +174,51 @@ def passthrough_engine(s, source, sink) -> Engine:
                   collector=collector_for(e), overlap_delivery=e.overlap_delivery)
 
 
+#: Run by ``throughput_broker`` in a process of its own: the proxy's Python would otherwise share the
+#: engine's interpreter lock.
+PROXIED_BROKER = """
+import signal, sys, time
+from tests.support.delay_proxy import ProxiedBroker
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+with ProxiedBroker(lifetime_s=7200) as broker:
+    broker.proxy.set_delay(float(sys.argv[1]))
+    print(broker.bootstrap_servers, flush=True)
+    time.sleep(7200)
+"""
+
+
+class _Reached(EmbeddedBroker):
+    """A broker that runs elsewhere, addressed by its bootstrap servers."""
+
+    def __init__(self, bootstrap: str):
+        self._bootstrap = bootstrap
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return self._bootstrap
+
+
+@contextlib.contextmanager
+def throughput_broker(delay_ms: float):
+    """The embedded broker; with ``delay_ms``, reached only through a loopback proxy that holds each of its
+    answers that long (tests/support/delay_proxy.py): a broker across a network, whose acknowledgements
+    the engine waits for."""
+    if not delay_ms:
+        with EmbeddedBroker() as broker:
+            yield broker
+        return
+    proc = subprocess.Popen([sys.executable, "-c", PROXIED_BROKER, str(delay_ms / 1000)], cwd=Path(__file__).parents[1],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        bootstrap = proc.stdout.readline().strip()
+        if not bootstrap:
+            raise RuntimeError("the proxied broker did not start")
+        yield _Reached(bootstrap)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
 def settings(broker, tag: str, events_topic: str, max_batch: int):
     return load_settings(None, kafka=dict(bootstrap_servers=broker.bootstrap_servers, group_id=f"bench-{tag}",
                                           session_timeout_ms=6000, partitions=PARTITIONS,
@@ -181,7 +228,8 @@ def settings(broker, tag: str, events_topic: str, max_batch: int):
 
 
 def drain(engine, total: int, timeout_s: float = 600.0, started=None) -> tuple[float, float, float, int]:
-    """Run until ``total`` records are committed; ``started()`` is called after the first batch.
+    """Run until ``total`` records are committed; ``started()`` is called after the first batch. Each turn
+    as ``Engine.run`` takes it (``overlap_delivery``: the last batch delivered by ``finish``).
 
     Returns wall seconds, CPU seconds of this process (all threads: the Kafka clients' IO
     threads included) and of the main thread alone (the engine loop), from the first record on,
@@ -196,13 +244,14 @@ def drain(engine, total: int, timeout_s: float = 600.0, started=None) -> tuple[f
     while done < total and time.monotonic() < deadline:
         if start is None:
             wall, cpu, main = time.perf_counter(), time.process_time(), time.thread_time()
-        batch = engine.step()
+        batch = engine.step(overlap=True)
         if batch is not None:
             if start is None:
                 start, cpu0, main0 = wall, cpu, main
                 if started is not None:
                     started()
             done += batch.records
+    engine.finish()
     return (time.perf_counter() - (start or time.perf_counter()), time.process_time() - (cpu0 or 0.0),
             time.thread_time() - (main0 or 0.0), done)
 
@@ -350,6 +399,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=6.0)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--max-batch", type=int, default=1000)
+    ap.add_argument("--broker-delay-ms", type=float, default=0.0,
+                    help="throughput runs: every answer of the broker held this long by a proxy (a broker across "
+                         "a network; the latency runs keep the plain broker)")
     ap.add_argument("--latency-max-batch", type=int, default=250)
     ap.add_argument("--latency-repeat", type=int, default=2)
     ap.add_argument("--publisher", choices=("librdkafka", "kafka-python"), default=publisher_kind(),
@@ -382,7 +434,7 @@ def main() -> None:
     print(f"torch threads 1; cores visible {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f} "
           f"(other processes share these cores: compare ratios, not absolute figures)")
     if args.repeat > 0:  # --repeat 0: latency runs only
-        with EmbeddedBroker() as broker:
+        with throughput_broker(args.broker_delay_ms) as broker:
             create_topics(broker.settings, ["bench.events"], PARTITIONS, RETENTION)  # RETENTION: for Quix Streams
             sink = KafkaSink(load_settings(None, kafka=dict(bootstrap_servers=broker.bootstrap_servers)).kafka)
             for _ in publish(load, sink, "bench.events", chunk=1000, progress=False):

@@ -97,9 +97,10 @@ class EngineSettings(_Section):
     max_batch: int = Field(1000, ge=1, description="records per micro-batch (poll max_records)")
     poll_timeout_ms: int = Field(50, ge=0)
     flush_timeout_s: float = Field(30.0, gt=0)
-    overlap_delivery: bool = Field(True, description="at-least-once: poll and decode the next micro-batch while the "
-                                   "last one's outputs are in flight, then flush, commit and apply it before "
-                                   "processing (docs/engine.md); transactions always flush within the batch")
+    overlap_delivery: bool = Field(True, description="at-least-once, full micro-batches (a backlog): poll and decode "
+                                   "the next micro-batch while the last one's outputs are in flight, then flush, "
+                                   "commit and apply it before processing (docs/engine.md); transactions always "
+                                   "flush within the batch")
     late_policy: Literal["dead-letter", "apply"] = "dead-letter"
     max_clock_skew_s: float = Field(300.0, ge=0, description="events timed more than this after the engine's "
                                     "clock are dead-lettered (reason future): applied, one would make every later "

@@ -25,8 +25,8 @@ their source (topic, partition, offset). A batch is processed again at most
 engine stops with ``RetriesExhaustedError`` (as Flink's fixed-delay restart
 strategy gives up), rolled back, so a restart resumes from the committed offsets.
 
-Overlapped delivery (``overlap_delivery``, at-least-once; ``run``): step 3 only
-sends, and the next turn runs its step 1 and the decoding part of step 2 before
+Overlapped delivery (``overlap_delivery``, at-least-once; ``run``, full batches):
+step 3 only sends, and the next turn runs its step 1 and the decoding part of step 2 before
 it flushes, commits and applies the batch in flight; a failure there rewinds
 that batch and the records polled after it. A rebalance or a swap inside the
 poll delivers the batch in flight first (a loss drops it).
@@ -117,13 +117,6 @@ class DurableState(Protocol):
         """Add the batch's changelog records (one per staged state) to its outputs."""
         ...
 
-    def _finish(self) -> None:
-        """On a normal stop: the batch in flight is flushed, committed and applied (or rolled back)."""
-        try:
-            self._deliver_pending()
-        except SinkError as exc:
-            log.error("sink failed on the last batch; its records will be processed again: %s", exc)
-
     def close(self) -> None:
         """Close the store (``Service.close``, after the engine's clients)."""
         ...
@@ -138,7 +131,7 @@ class Engine:
         """``state``: durable state (ktstream.state.wiring.durable_state), which must also be the store under
         ``processor.cache``; None: learner state lives in the cache only. ``overlap_delivery``: ``run``
         polls and decodes the next micro-batch while the last one's outputs are in flight (at-least-once
-        only; ``_step``)."""
+        only; ``step``)."""
         assert state is None or processor.cache.store is state, "durable state must be the store under the cache"
         self.source, self.sink, self.processor, self.state = source, sink, processor, state
         # the largest record sent: the setting, or less if the sink's producer refuses less
@@ -174,7 +167,7 @@ class Engine:
         log.info("partitions assigned: %s", partitions)
 
     def on_revoked(self, partitions: list[TopicPartition]) -> None:
-        """Everything polled so far is committed (a batch in flight is settled first): drop their learners."""
+        """Everything polled so far is committed (a batch in flight is delivered first): drop their learners."""
         self._deliver_pending_in_callback()
         dropped = self.cache.evict_partitions(partitions)
         if self.state is not None:
@@ -217,10 +210,13 @@ class Engine:
     def step(self, overlap: bool = False) -> Batch | None:
         """Poll and process one micro-batch through the whole commit protocol (a batch an earlier turn
         left in flight is delivered first). With ``overlap`` (as ``run`` calls it when
-        ``overlap_delivery`` is on), the batch's outputs are only sent: the next turn polls and decodes
-        (step 1, which reads no learner state) while they are in flight, then flushes them, commits
-        and applies (``_deliver_pending``) before it processes anything. Nothing is committed before
-        it was acknowledged, and no state is applied before its offsets were committed, either way."""
+        ``overlap_delivery`` is on) and a full batch (a backlog), the batch's outputs are only sent:
+        the next turn polls and decodes (step 1, which reads no learner state) while they are in
+        flight, then flushes them, commits and applies (``_deliver_pending``) before it processes
+        anything. A batch that is not full is delivered within its turn: the records that arrive
+        during its flush then go into the next batch instead of waiting for a further one. Nothing
+        is committed before it was acknowledged, and no state is applied before its offsets were
+        committed, either way."""
         self.last_loop = time.monotonic()
         if self.collector is not None and self.collector.started:  # the previous batch is garbage by now
             start = time.perf_counter()
@@ -232,7 +228,8 @@ class Engine:
             self.watcher.poll()
         start = time.perf_counter()
         self._polled_stale, self._rewound = False, {}
-        records = self.source.poll(self.poll_timeout_s, self.max_batch)
+        # a batch in flight is delivered at once when nothing new is there: no waiting for records first
+        records = self.source.poll(0.0 if self._pending is not None else self.poll_timeout_s, self.max_batch)
         self._timed("poll", start)
         if self._polled_stale:  # the batch in flight was rolled back during the poll: these come again
             self._rewind(records)
@@ -266,7 +263,7 @@ class Engine:
             self.state.changelog(batch)
         self.processor.drop_oversized(batch, self.max_output_bytes)
         self._timed("process", start)
-        if overlap and self.overlap_delivery:
+        if overlap and self.overlap_delivery and len(records) >= self.max_batch:  # a backlog: more are waiting
             self._send(batch)
             self._pending = batch
         elif self._transaction(batch) if self.transactional else self._flush_and_commit(batch):
@@ -332,14 +329,14 @@ class Engine:
                 except SinkError as exc:
                     log.error("sink failed, retrying the batch: %s", exc)
                     stop.wait(1.0)
-            self._finish()
+            self.finish()
         finally:
             if self.collector is not None:
                 self.collector.stop()
         self._gauges(force=True)
 
-    def _finish(self) -> None:
-        """On a normal stop: the batch in flight is flushed, committed and applied (or rolled back)."""
+    def finish(self) -> None:
+        """Flush, commit and apply the batch in flight (or roll it back), as ``run`` does when it stops."""
         try:
             self._deliver_pending()
         except SinkError as exc:

@@ -27,6 +27,7 @@ class Source(ListSource):
         super().__init__({})
         self.inputs, self.log, self.fail_commit, self.commits = records, log, set(), 0
         self.before_poll = lambda: None
+        self.timeouts: list[float] = []
 
     def records(self):
         return self.inputs
@@ -35,6 +36,7 @@ class Source(ListSource):
         self.before_poll()
         out = super().poll(timeout_s, max_records)
         self.log.append(("poll", len(out)))
+        self.timeouts.append(timeout_s)
         return out
 
     def commit(self, offsets):
@@ -90,22 +92,31 @@ def check(engine, records, reference):
     assert sum(engine.cache.get(lid).events for lid in learners) == len(records)
 
 
-def test_run_flushes_each_batch_after_the_next_poll_and_delivers_the_last_one_on_stop():
+def test_run_flushes_each_full_batch_after_the_next_poll_and_a_partial_one_within_its_turn():
     engine, records, reference = engine_for()
     log = engine.source.log
-    def all_polled_one_in_flight():
-        pos = engine.source.pos
-        return engine._pending is not None and all(pos[r.tp] > r.offset for r in records)
-
-    engine.run(threading.Event(), until=all_polled_one_in_flight)
+    engine.run(threading.Event(), until=lambda: not engine.source.pending())
     check(engine, records, reference)
-    assert not engine.sink.sent and not engine.source.pending(), "the batch in flight at the stop was delivered"
     sends = [i for i, (what, _) in enumerate(log) if what == "send"]
-    assert len(sends) > 3
-    for i in sends[:-1]:  # each batch but the last: sent, the next poll (records in it), then flush and commit
-        nxt = [what for what, n in log[i + 1 : i + 4]]
-        assert nxt == ["poll", "flush", "commit"] and log[i + 1][1] > 0, log[i : i + 4]
-    assert [what for what, _ in log[sends[-1] + 1 :]] == ["flush", "commit"], "run's stop delivers the last batch"
+    full = [i for i in sends if log[i][1] == engine.max_batch]  # one output per record: a full batch
+    assert len(full) > 3 and len(records) % engine.max_batch, "full batches, then a partial last one"
+    for i in full:  # sent, the next poll (without waiting for records), then flush and commit
+        assert [what for what, n in log[i + 1 : i + 4]] == ["poll", "flush", "commit"], log[i : i + 4]
+    polls = [i for i, (what, _) in enumerate(log) if what == "poll"]
+    after_send = [engine.source.timeouts[k] for k, i in enumerate(polls) if i > 0 and log[i - 1][0] == "send"]
+    assert after_send and set(after_send) == {0.0}, "with a batch in flight the poll must not wait for records"
+    assert engine.source.timeouts[0] == engine.poll_timeout_s > 0
+    last = sends[-1]
+    assert log[last][1] < engine.max_batch and [w for w, _ in log[last + 1 : last + 3]] == ["flush", "commit"]
+
+
+def test_finish_delivers_the_batch_in_flight():
+    engine, records, reference = engine_for()
+    engine.step(overlap=True)
+    batch = engine._pending
+    assert batch is not None and engine.sink.sent and not engine.source.offsets
+    engine.finish()
+    assert engine._pending is None and not engine.sink.sent and engine.source.offsets == batch.offsets
 
 
 def test_step_without_overlap_delivers_each_batch_within_its_turn():

@@ -1,4 +1,4 @@
-"""Overlapped delivery (``Engine.run``, ``engine.overlap_delivery``): each batch's outputs are flushed, its
+"""Overlapped delivery (``Engine.run``, ``engine.overlap_delivery``): a full batch's outputs are flushed, its
 offsets committed and its states applied only after the next batch was polled and decoded. The commit
 protocol's order per batch must not change: acknowledged, then committed, then applied; a failure rolls
 back the batch in flight and whatever the next poll returned; a rebalance or a swap delivers it first."""

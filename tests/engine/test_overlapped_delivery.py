@@ -144,7 +144,7 @@ def test_a_failed_delivery_rolls_back_the_batch_in_flight_and_the_records_polled
     check(engine, records, reference)
 
 
-def test_a_revocation_inside_the_poll_delivers_the_batch_in_flight_before_its_learners_are_dropped():
+def test_a_revocation_inside_the_poll_delivers_the_batch_in_flight_first():
     engine, records, reference = engine_for()
     seen = []
 

@@ -155,15 +155,12 @@ class Event(BaseModel):
             return v
         if isinstance(v, bool):
             raise ValueError("event_time must be RFC 3339 text or epoch milliseconds")
-        if isinstance(v, int):
-            if not MIN_EVENT_TIME_MS <= v <= MAX_EVENT_TIME_MS:
-                raise ValueError(f"event_time in epoch milliseconds must be in {MIN_EVENT_TIME_MS}.."
-                                 f"{MAX_EVENT_TIME_MS} (UTC years 1..9999), got {v!r}")
-            return v
-        if isinstance(v, float):
+        if isinstance(v, (int, float)):
             if not MIN_EVENT_TIME_MS <= v <= MAX_EVENT_TIME_MS:  # NaN fails too
                 raise ValueError(f"event_time in epoch milliseconds must be in {MIN_EVENT_TIME_MS}.."
                                  f"{MAX_EVENT_TIME_MS} (UTC years 1..9999), got {v!r}")
+            if isinstance(v, int):
+                return v
             return _epoch_ms(_EPOCH + timedelta(milliseconds=v))  # rounded as an RFC 3339 time with microseconds
         if isinstance(v, datetime):
             return _aware_epoch_ms(v)

@@ -181,6 +181,7 @@ class Engine:
         """The group moved on without this member: a batch in flight is not committed, nor applied."""
         if self._pending is not None:
             pending, self._pending = self._pending, None
+            self._polled_stale = True  # the poll's records come after the dropped batch: rewound with it
             self._in_callback(lambda: self._roll_back(pending, "commit"))
         self.cache.evict_partitions(partitions)
         if self.state is not None:

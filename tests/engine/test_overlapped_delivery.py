@@ -26,7 +26,7 @@ class Source(ListSource):
     def __init__(self, records, log):
         super().__init__({})
         self.inputs, self.log, self.fail_commit, self.commits = records, log, set(), 0
-        self.before_poll = lambda: None
+        self.before_poll = self.after_fetch = lambda: None
         self.timeouts: list[float] = []
 
     def records(self):
@@ -35,6 +35,7 @@ class Source(ListSource):
     def poll(self, timeout_s, max_records):
         self.before_poll()
         out = super().poll(timeout_s, max_records)
+        self.after_fetch()  # a callback a client runs after it fetched
         self.log.append(("poll", len(out)))
         self.timeouts.append(timeout_s)
         return out
@@ -181,6 +182,23 @@ def test_a_failed_delivery_inside_the_poll_drops_what_the_poll_returned_and_rais
     while engine.source.pending():
         engine.step(overlap=True)
     engine.step()
+    check(engine, records, reference)
+
+
+def test_a_loss_inside_the_poll_drops_the_batch_in_flight_and_what_the_poll_fetched():
+    engine, records, reference = engine_for()
+    lost = []
+
+    def lose_once():
+        if engine._pending is not None and not lost:
+            lost.append(dict(engine._pending.offsets))
+            engine.on_lost([])
+
+    engine.source.after_fetch = lose_once
+    while engine.source.pending():
+        engine.step(overlap=True)
+    engine.step()
+    assert lost and engine.metrics.failures.labels("commit")._value.get() == 1
     check(engine, records, reference)
 
 

@@ -119,7 +119,9 @@ class Event(BaseModel):
     of their responses is applied.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+    # No string cache in the JSON parser: event ids are unique, so caching them only costs (a tenth of the
+    # parse time) and keeps up to 16,384 strings of earlier events alive
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False, cache_strings=False)
 
     event_id: str = Field(min_length=1, max_length=MAX_ID_BYTES, description="at most 256 bytes of UTF-8")
     learner_id: str = Field(min_length=1, max_length=MAX_ID_BYTES, description="at most 256 bytes of UTF-8")

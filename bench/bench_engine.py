@@ -119,7 +119,8 @@ class Passthrough:
             msg = {"source": {"topic": rec.topic, "partition": rec.partition, "offset": rec.offset},
                    "event_id": d.event.event_id, "learner_id": d.event.learner_id, "event_time": d.event_time_ms,
                    "received_at_ms": batch.received_ms, "produced_at_ms": produced}
-            batch.outputs.append(Output(self.predictions, rec.key, orjson.dumps(msg)))  # as the engine's predictions
+            # as the engine's predictions (ktstream.engine.messages.prediction)
+            batch.outputs.append(tuple.__new__(Output, (self.predictions, rec.key, orjson.dumps(msg), None, ())))
             batch.predictions += 1
             if d.event_time_ms is not None:
                 batch.end_to_end_ms.append(produced - d.event_time_ms)
@@ -424,7 +425,7 @@ def main() -> None:
     top = max(rates_offered, default=0.0)
     live_all = replay_order(simulate(n_learners=int(top * args.seconds / 10) + 10, seed=2, id_prefix="l", **WORLD))
     items, concepts = build_vocabularies(load)
-    model_spec = (args.models.split(","), items, concepts)
+    model_spec = ([m for m in args.models.split(",") if m], items, concepts)  # "": passthrough alone
     serving = serving_models(*model_spec)
     base_configs = ["passthrough"] + list(serving)
     if not args.skip_no_describe:

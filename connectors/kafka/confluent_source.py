@@ -83,7 +83,7 @@ class ConfluentSource:
                                           if max_records > 1 else [])
         except self.ck.KafkaException as exc:
             raise EngineError(f"poll failed: {exc}") from exc
-        out, last, ordered, previous = [], {}, True, None
+        out, last, ordered, previous, new = [], {}, True, None, tuple.__new__
         for m in messages:
             err = m.error()
             if err is not None:
@@ -92,12 +92,14 @@ class ConfluentSource:
                 log.warning("consumer: %s", err)
                 continue
             topic, partition, offset = m.topic(), m.partition(), m.offset()
-            rec = Record(topic, partition, offset, m.key(), m.value(), m.timestamp()[1], tuple(m.headers() or ()))
+            tp = (topic, partition)  # tuple.__new__: Record's own constructor is a Python call, once per record
+            rec = new(Record, (topic, partition, offset, m.key(), m.value(), m.timestamp()[1],
+                               tuple(m.headers() or ()), tp))
             out.append(rec)
-            last[rec.tp] = offset
-            if previous is not None and previous > rec.tp:
+            last[tp] = offset
+            if previous is not None and previous > tp:
                 ordered = False
-            previous = rec.tp
+            previous = tp
         try:
             self._dispatch()
         except BaseException:  # e.g. a failed restore: records fetched in this poll must be fetched again

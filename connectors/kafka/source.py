@@ -92,7 +92,8 @@ class KafkaSource:
                 if msgs and tp in self.consumer.assignment():
                     self.consumer.seek(tp, msgs[0].offset)
             raise
-        out = [Record(m.topic, m.partition, m.offset, m.key, m.value, m.timestamp)
+        new = tuple.__new__  # Record's own constructor is a Python call, once per record
+        out = [new(Record, (m.topic, m.partition, m.offset, m.key, m.value, m.timestamp, (), (m.topic, m.partition)))
                for tp in sorted(batches) for m in batches[tp]]
         for tp, msgs in batches.items():
             if msgs:

@@ -91,7 +91,7 @@ def decode(record: Record, max_bytes: int, not_after_ms: int | None = None) -> D
     if not_after_ms is not None and time_ms is not None and time_ms > not_after_ms:
         return Rejected(record, "future", f"event time {time_ms} is {time_ms - not_after_ms} ms past the clock "
                         f"plus the allowed skew ({not_after_ms})")
-    return Decoded(record, event, time_ms)
+    return tuple.__new__(Decoded, (record, event, time_ms))  # Decoded's own constructor is a Python call
 
 
 def _strict(record: Record, value: bytes) -> Event | Rejected:

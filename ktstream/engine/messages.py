@@ -107,4 +107,5 @@ def prediction(topic: str, d: Decoded, model_name: str, version: str, probs: lis
     if d.event_time_ms is not None:
         msg["event_time"] = d.event_time_ms
     msg.update(late=late, received_at_ms=received_ms, produced_at_ms=produced)
-    return Output(topic, e.learner_id.encode(), orjson.dumps(msg)), produced
+    # tuple.__new__: Output's own constructor is a Python call, once per event
+    return tuple.__new__(Output, (topic, e.learner_id.encode(), orjson.dumps(msg), None, ())), produced

@@ -56,14 +56,23 @@ def records(n_events: int, mean_length: int) -> tuple[list[Record], list[dict]]:
     return out, load
 
 
+class FlushedSink(MemorySink):
+    """A MemorySink that keeps nothing it flushed, as a Kafka sink keeps nothing: outputs kept alive
+    would be scanned by the engine's garbage collector and frozen with the learner states."""
+
+    def flush(self, timeout_s: float) -> None:
+        super().flush(timeout_s)
+        self.flushed.clear()
+
+
 def engine_for(cfg: str, serving: dict, recs: list[Record], max_batch: int = 1000):
     s = load_settings(None, kafka=dict(topics=dict(events="bench.events", predictions="p", dead_letters="d")),
                       engine=dict(max_batch=max_batch), metrics=dict(port=0))
     if cfg == "passthrough":
-        engine = passthrough_engine(s, MemorySource(recs), MemorySink())
+        engine = passthrough_engine(s, MemorySource(recs), FlushedSink())
     else:
         name, s = model_config(cfg, s)
-        engine = build_engine(s, serving[name], MemorySource(recs), MemorySink())
+        engine = build_engine(s, serving[name], MemorySource(recs), FlushedSink())
     if engine.collector is not None:
         engine.collector.start()  # as Engine.run does; Engine.close hands it back
     return engine

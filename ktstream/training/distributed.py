@@ -99,6 +99,14 @@ def init(backend: str | None = None) -> DataParallel:
     return DataParallel.from_group()
 
 
+def leave() -> None:
+    """Leave the process group once every rank has finished: a rank that tears its connections down
+    while another still completes its last collective can abort that one (gloo: "terminate called
+    without an active exception", exit code -6), after its training had finished."""
+    dist.barrier()
+    dist.destroy_process_group()
+
+
 def _check(args: argparse.Namespace) -> None:
     """A short run of DKT on a simulated stream, in float64 without dropout (so that every backend and
     world size trains the same weights to rounding); rank 0 saves them to ``--save``."""
@@ -130,7 +138,7 @@ def _check(args: argparse.Namespace) -> None:
     if args.save and rank == 0:
         save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, args.save)
     if parallel:
-        dist.destroy_process_group()
+        leave()
 
 
 def _compare(paths: Sequence[str]) -> None:

@@ -18,7 +18,7 @@ import torch.multiprocessing as mp
 from ktstream.data.histories import build_vocabularies, encode
 from ktstream.data.simulate import simulate
 from ktstream.models import create
-from ktstream.training.distributed import DataParallel
+from ktstream.training.distributed import DataParallel, leave
 from ktstream.training.trainer import TrainConfig, fit
 
 TOLERANCE = 1e-9
@@ -47,7 +47,7 @@ def _rank(rank: int, world: int, init_file: str) -> dict[str, torch.Tensor]:
     try:
         return _train(DataParallel(rank, world))
     finally:
-        dist.destroy_process_group()
+        leave()
 
 
 def test_two_gloo_processes_end_at_the_one_process_weights(tmp_path):

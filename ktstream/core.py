@@ -19,9 +19,14 @@ Per-learner state: besides the model's state (leading dim 1) a learner keeps
 - the last applied event (event time, id, source offset): lateness is judged
   against the latest applied event time, duplicates by source offset;
 - counters and the model version that built the state (a hot swap rebuilds it);
-- the *raw window*: its most recent interactions as compact ``WindowRecord``
-  tuples (oldest first), from which a hot swap rebuilds the state with new
-  weights (ktstream.engine.swap; ktstream.serving.rebuild). It is bounded in
+- the *raw window*: its most recent interactions as plain tuples in
+  ``WindowRecord``'s field order (oldest first), from which a hot swap rebuilds
+  the state with new weights (ktstream.engine.swap; ktstream.serving.rebuild).
+  Plain tuples, not named ones: CPython's garbage collector stops tracking an
+  exact tuple of ids and numbers once it has looked at it and at the tuples it
+  holds, a tuple subclass never (each one is scanned until it is frozen, and
+  every full collection walks them all), and a cache of long histories holds
+  millions of them. It is bounded in
   records and in bytes (``window_nbytes``: the tuples plus every id string,
   counted as if no other learner shared it), so a learner with long ids cannot
   grow its cached state or its changelog record without bound.
@@ -93,7 +98,9 @@ WINDOW_RECORD_BYTES = 176
 
 
 class WindowRecord(NamedTuple):
-    """One applied event as the raw window keeps it (what a replay through a model needs)."""
+    """One applied event as the raw window keeps it (what a replay through a model needs): the field
+    names of the plain tuples a window holds (``WindowRecord._make(r)`` reads one by name; the
+    ``W_*`` indexes read a field where it runs once per event)."""
 
     item_id: str
     concept_ids: tuple[str, ...]
@@ -102,6 +109,9 @@ class WindowRecord(NamedTuple):
     step_id: str | None
     seq: int  # the learner's event count: ties in event time keep their order
     event_id: str | None = None  # a repeat of it at a new offset is a duplicate (ktstream.engine.batcher)
+
+
+W_ITEM, W_CONCEPTS, W_RESPONSE, W_TIME, W_STEP, W_SEQ, W_EVENT_ID = range(7)  # a window record's fields
 
 
 def step_key(step_id: str | None, event_time_ms: int | None) -> tuple[str, Any] | None:
@@ -115,8 +125,8 @@ def step_key(step_id: str | None, event_time_ms: int | None) -> tuple[str, Any] 
     return None if event_time_ms is None else ("t", event_time_ms)
 
 
-def _record_key(rec: WindowRecord) -> tuple[str, Any] | None:
-    return step_key(rec.step_id, rec.event_time_ms)
+def _record_key(rec: tuple) -> tuple[str, Any] | None:
+    return step_key(rec[W_STEP], rec[W_TIME])
 
 
 def str_nbytes(s: str | None) -> int:
@@ -128,21 +138,22 @@ def str_nbytes(s: str | None) -> int:
     return 0 if s is None else -(-sys.getsizeof(s) // 16) * 16
 
 
-def record_nbytes(rec: WindowRecord) -> int:
+def record_nbytes(rec: tuple) -> int:
     """Bytes one raw-window record holds, its id strings included as if it were their only holder
     (interned ids shared by many learners are counted once per record: an upper bound). ``str_nbytes``
     of each string, inline: this runs once per applied event."""
-    n = WINDOW_RECORD_BYTES + 8 * len(rec.concept_ids) - (-sys.getsizeof(rec.item_id) // 16) * 16
-    for s in rec.concept_ids:
+    item, concepts, _, _, step_id, _, event_id = rec
+    n = WINDOW_RECORD_BYTES + 8 * len(concepts) - (-sys.getsizeof(item) // 16) * 16
+    for s in concepts:
         n -= (-sys.getsizeof(s) // 16) * 16
-    if rec.step_id is not None:
-        n -= (-sys.getsizeof(rec.step_id) // 16) * 16
-    if rec.event_id is not None:
-        n -= (-sys.getsizeof(rec.event_id) // 16) * 16
+    if step_id is not None:
+        n -= (-sys.getsizeof(step_id) // 16) * 16
+    if event_id is not None:
+        n -= (-sys.getsizeof(event_id) // 16) * 16
     return n
 
 
-def window_nbytes(window: tuple[WindowRecord, ...]) -> int:
+def window_nbytes(window: tuple[tuple, ...]) -> int:
     return sum(map(record_nbytes, window))
 
 
@@ -174,7 +185,7 @@ class LearnerState:
     events: int = 0
     responses: int = 0
     late: int = 0
-    window: tuple[WindowRecord, ...] = ()
+    window: tuple[tuple, ...] = ()  # plain tuples in WindowRecord's field order
     window_bytes: int = -1  # window_nbytes(window), kept up to date by remember (-1: computed at construction)
 
     def __post_init__(self) -> None:
@@ -198,7 +209,7 @@ class LearnerState:
         return (held + OVERHEAD_BYTES + str_nbytes(self.learner_id) + str_nbytes(self.last_event_id)
                 + str_nbytes(step_id) + self.window_bytes)
 
-    def remember(self, record: WindowRecord, keep: int, max_bytes: int | None = None) -> None:
+    def remember(self, record: tuple, keep: int, max_bytes: int | None = None) -> None:
         """Append an applied event to the raw window (0: keep none).
 
         The window keeps the open step's records and at least the last ``keep`` interactions with a
@@ -221,10 +232,10 @@ class LearnerState:
             step = len(w) - 1
             while key is not None and step > 0 and _record_key(w[step - 1]) == key:
                 step -= 1
-            excess = sum(r.response is not None for r in w[:step]) - keep
+            excess = sum(r[W_RESPONSE] is not None for r in w[:step]) - keep
             start = 0
-            while start < step and (excess > 0 or w[start].response is None):
-                excess -= w[start].response is not None
+            while start < step and (excess > 0 or w[start][W_RESPONSE] is None):
+                excess -= w[start][W_RESPONSE] is not None
                 start += 1
             cut = max(start, len(w) - 2 * keep)
             size -= window_nbytes(w[:cut])

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ktstream.core import LearnerState
+from ktstream.core import W_EVENT_ID, LearnerState
 from ktstream.engine.decode import Decoded
 
 LatePolicy = Literal["dead-letter", "apply"]
@@ -81,7 +81,7 @@ def applied_before(d: Decoded, learner: LearnerState) -> bool:
         return True
     if d.event_time_ms is not None and last is not None and d.event_time_ms > last:
         return False  # after every applied event: no repeat of one
-    return any(r.event_id == eid for r in learner.window)
+    return any(r[W_EVENT_ID] == eid for r in learner.window)
 
 
 def plan(decoded: list[Decoded], learners: dict[str, LearnerState], late_policy: LatePolicy) -> Plan:

@@ -46,7 +46,7 @@ from urllib.parse import quote, urlencode
 
 import torch
 
-from ktstream.core import LearnerState, TopicPartition, step_key
+from ktstream.core import W_CONCEPTS, W_SEQ, LearnerState, TopicPartition, WindowRecord, step_key
 from ktstream.data.histories import NO_RESPONSE, Interactions
 from ktstream.engine.server import Handler, Request
 from ktstream.engine.swap import rebuild_learners
@@ -133,10 +133,10 @@ class LearnerQueries:
         if st.model_version != runner.version:  # built by an earlier version: what the next event would see
             (st,) = rebuild_learners(runner, [st])
         if concepts is None:  # the learner's own concepts, most recent first
-            concepts = list(dict.fromkeys(c for r in reversed(st.window) for c in r.concept_ids))
+            concepts = list(dict.fromkeys(c for r in reversed(st.window) for c in r[W_CONCEPTS]))
         shown = concepts[: self.max_concepts]
         known = [c for c in shown if runner.concepts.encode(c) > 1]
-        last = st.window[-1] if st.window and st.window[-1].seq == st.events else None
+        last = WindowRecord._make(st.window[-1]) if st.window and st.window[-1][W_SEQ] == st.events else None
         with torch.inference_mode():
             mastery = _mastery(runner, st, known)
             last_prediction = _last_prediction(runner, st, last) if last is not None else None

@@ -29,15 +29,18 @@ from ktstream.serving.rebuild import rebuild_states
 from ktstream.serving.runner import ModelRunner
 
 
-def window_record(d: Decoded, seq: int) -> WindowRecord:
-    """The raw-window form of an applied event; ids are interned (shared by every learner's window)."""
-    e = d.event  # tuple.__new__: WindowRecord's own constructor is a Python call, once per applied event
-    return tuple.__new__(WindowRecord, (sys.intern(e.item_id), tuple(map(sys.intern, e.concept_ids)), e.response,
-                                        d.event_time_ms, e.step_id, seq, e.event_id))
+def window_record(d: Decoded, seq: int) -> tuple:
+    """The raw-window form of an applied event: a plain tuple in ``WindowRecord``'s field order, which the
+    garbage collector stops tracking at its second look (the first untracks its concept tuple; ktstream.core);
+    ids are interned (shared by every learner's window)."""
+    e = d.event
+    return (sys.intern(e.item_id), tuple(map(sys.intern, e.concept_ids)), e.response, d.event_time_ms, e.step_id,
+            seq, e.event_id)
 
 
-def as_event_record(learner_id: str, r: WindowRecord) -> dict[str, Any]:
+def as_event_record(learner_id: str, window_rec: tuple) -> dict[str, Any]:
     """A window record as a canonical event record (ktstream.data.histories)."""
+    r = WindowRecord._make(window_rec)
     rec: dict[str, Any] = {"learner_id": learner_id, "item_id": r.item_id, "concept_ids": list(r.concept_ids),
                            "seq": r.seq}
     if r.response is not None:

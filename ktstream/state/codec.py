@@ -30,7 +30,7 @@ _HALF = "h."  # name prefix of a float32 tensor stored as float16
 
 
 def encode_tensors(state: dict[str, torch.Tensor], step_state: dict[str, torch.Tensor] | None,
-                   fp16: bool = False, window: tuple[WindowRecord, ...] = ()) -> bytes:
+                   fp16: bool = False, window: tuple[tuple, ...] = ()) -> bytes:
     named: dict[str, torch.Tensor] = {}
     for prefix, d in (("s.", state), ("p.", step_state or {})):
         for name, t in d.items():
@@ -42,12 +42,14 @@ def encode_tensors(state: dict[str, torch.Tensor], step_state: dict[str, torch.T
     return st_save(named, metadata={"window": json.dumps(list(window), separators=(",", ":"))} if window else None)
 
 
-def decode_window(blob: bytes) -> tuple[WindowRecord, ...]:
-    """The raw window from the blob's metadata (safetensors: 8-byte little-endian header size, JSON header)."""
+def decode_window(blob: bytes) -> tuple[tuple, ...]:
+    """The raw window from the blob's metadata (safetensors: 8-byte little-endian header size, JSON header),
+    as plain tuples in ``WindowRecord``'s field order (ktstream.core); a record written before event ids
+    were kept gets None."""
     (size,) = struct.unpack("<Q", blob[:8])
     meta = json.loads(blob[8:8 + size]).get("__metadata__") or {}
     rows = json.loads(meta["window"]) if "window" in meta else []
-    return tuple(WindowRecord(item, tuple(concepts), *rest) for item, concepts, *rest in rows)
+    return tuple(tuple(WindowRecord(item, tuple(concepts), *rest)) for item, concepts, *rest in rows)
 
 
 def decode_tensors(blob: bytes) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor] | None]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from ktstream.core import W_SEQ
 from ktstream.models import names
 from ktstream.serving import WindowedCacheLayout
 
@@ -82,7 +83,7 @@ def test_appending_a_micro_batch_then_predicting_matches_running_each_wave(name,
         b = wave_states[lid]
         assert (a.window, a.step_key, a.events, a.responses, a.last_offset) == \
             (b.window, b.step_key, b.events, b.responses, b.last_offset)
-        seqs = [r.seq for r in a.window]
+        seqs = [r[W_SEQ] for r in a.window]
         assert seqs == list(range(a.events - len(seqs) + 1, a.events + 1)), "seq: the learner's event count"
         for mine, theirs in ((a.state, b.state), (a.step_state, b.step_state)):
             assert (mine is None) == (theirs is None)

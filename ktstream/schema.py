@@ -119,8 +119,8 @@ class Event(BaseModel):
     of their responses is applied.
     """
 
-    # No string cache in the JSON parser: event ids are unique, so caching them only costs (a tenth of the
-    # parse time) and keeps up to 16,384 strings of earlier events alive
+    # No string cache in the JSON parser: event ids are unique, so caching them costs a tenth of the parse
+    # time and keeps up to 16,384 strings of earlier events alive, for no hits
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False, cache_strings=False)
 
     event_id: str = Field(min_length=1, max_length=MAX_ID_BYTES, description="at most 256 bytes of UTF-8")

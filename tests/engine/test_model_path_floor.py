@@ -6,7 +6,6 @@ from collections import Counter
 from pathlib import Path
 
 import orjson
-import torch
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -24,7 +23,6 @@ def predictions(outputs) -> dict[str, float]:
 
 
 def test_the_floor_predicts_what_the_engine_predicts():
-    torch.set_num_threads(1)
     recs, load = records(4000, 10)
     serving = serving_models(["dkt"], *build_vocabularies(load))
     floor = SlotDKT(serving["dkt"], len({r.key for r in recs}))
@@ -32,8 +30,10 @@ def test_the_floor_predicts_what_the_engine_predicts():
     engine, engine_out = engine_for("dkt", serving, list(recs), max_batch=500), []
     send = engine.sink.send
     engine.sink.send = lambda outputs: send(engine_out.extend(outputs := list(outputs)) or outputs)
-    run(engine, len(recs))
-    engine.close()
+    try:
+        run(engine, len(recs))
+    finally:
+        engine.close()  # hands the garbage collector back
     mine, theirs = predictions(floor_out), predictions(engine_out)
     assert len(theirs) > 0.9 * len(recs) and mine.keys() == theirs.keys()
     assert max(abs(mine[k] - theirs[k]) for k in theirs) < 1e-6

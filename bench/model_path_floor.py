@@ -3,8 +3,8 @@
 The engine's DKT path costs several times its torch work in per-event Python (docs/performance.md,
 "Why DKT's ratios still fall short"). This measures what is left when that work is done per batch:
 learners addressed as slots of preallocated (N, layers, hidden) tensors, waves found by each event's
-occurrence rank in the batch, one predict and one update per wave, one orjson message per event,
-the raw window as a list append per event and the bookkeeping as columns indexed by slot. Decoding
+occurrence rank in the batch, one predict and one update per wave, the engine's prediction message
+and raw-window record per event (a list append) and the bookkeeping as columns indexed by slot. Decoding
 is the engine's (``decode``), and so are the predictions: steps (a learner's events sharing an event
 time are predicted from the state at the step's start) and prediction requests (never applied) as
 in invariant 1. Left out, so a real design pays more: late events and duplicates, byte bounds of
@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import orjson
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,6 +38,9 @@ from ktstream.config import load_settings  # noqa: E402
 from ktstream.core import Output, Record  # noqa: E402
 from ktstream.data.histories import NO_RESPONSE, Interactions, build_vocabularies  # noqa: E402
 from ktstream.engine.decode import Decoded, decode  # noqa: E402
+from ktstream.engine.messages import prediction  # noqa: E402
+from ktstream.engine.swap import window_record  # noqa: E402
+from ktstream.serving.runner import ModelRunner  # noqa: E402
 from ktstream.service import tune_process  # noqa: E402
 
 
@@ -46,7 +48,8 @@ class SlotDKT:
     """DKT's serving path over learner slots: see the module docstring."""
 
     def __init__(self, serving, capacity: int):
-        self.model, self.items, self.concepts = serving.model, serving.items, serving.concepts
+        self.model = serving.model
+        self.runner = ModelRunner(serving.model, serving.items, serving.concepts, "v", describe=False)
         shape = (capacity, self.model.layers, self.model.hidden)
         self.h, self.c = torch.zeros(shape), torch.zeros(shape)
         self.step_h, self.step_c = torch.zeros(shape), torch.zeros(shape)  # state at the open step's start
@@ -69,32 +72,15 @@ class SlotDKT:
             slots[i], rank[i] = s, seen.get(s, 0)
             seen[s] = rank[i] + 1
         times = np.fromiter((-1 if d.event_time_ms is None else d.event_time_ms for d in valid), np.int64, n)
-        probs = self._run(self._encode(valid), slots, rank, times).tolist()
+        probs = self._run(self.runner.encode_decoded(valid), slots, rank, times).tolist()
+        seqs = (self.events[slots] + rank + 1).tolist()
         outputs = []
-        for d, p, s in zip(valid, probs, slots.tolist()):
-            e, rec = d.event, d.record
-            msg = {"source": {"topic": rec.topic, "partition": rec.partition, "offset": rec.offset},
-                   "event_id": e.event_id, "learner_id": e.learner_id, "item_id": e.item_id, "model_name": "dkt",
-                   "model_version": "v", "probs": p, "p_correct": p[1], "event_time": d.event_time_ms,
-                   "late": False, "received_at_ms": now, "produced_at_ms": now}
-            outputs.append(tuple.__new__(Output, ("predictions", e.learner_id.encode(), orjson.dumps(msg), None, ())))
-            self.windows[s].append((e.item_id, e.concept_ids, e.response, d.event_time_ms, e.step_id, 0, e.event_id))
+        for d, p, s, seq in zip(valid, probs, slots.tolist(), seqs):
+            outputs.append(prediction("predictions", d, "dkt", "v", p, False, now)[0])
+            self.windows[s].append(window_record(d, seq))
         np.add.at(self.events, slots, 1)
         self.last_offset[slots] = [d.record.offset for d in valid]
         return outputs
-
-    def _encode(self, valid: list[Decoded]) -> Interactions:
-        events = [d.event for d in valid]
-        counts = np.fromiter((len(e.concept_ids) for e in events), np.intp, len(events))
-        flat = np.array(self.concepts.encode_all(c for e in events for c in e.concept_ids), np.int64)
-        concepts = np.zeros((len(events), max(int(counts.max(initial=0)), 1)), np.int64)
-        concepts[np.arange(concepts.shape[1]) < counts[:, None]] = flat
-        items = np.array(self.items.encode_all(e.item_id for e in events), np.int64)
-        responses = np.fromiter((NO_RESPONSE if e.response is None else e.response for e in events), np.int64,
-                                len(events))
-        times = np.fromiter((np.nan if d.event_time_ms is None else d.event_time_ms / 1000 for d in valid),
-                            np.float64, len(valid))
-        return Interactions(*map(torch.from_numpy, (items, concepts, responses, times)))
 
     def _run(self, query: Interactions, slots: np.ndarray, rank: np.ndarray, times: np.ndarray) -> torch.Tensor:
         """Wave after wave: predict from the state at each event's step start, apply the responses."""

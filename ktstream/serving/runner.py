@@ -95,12 +95,16 @@ class ModelRunner:
         return [self._initial] * n
 
     def encode(self, wave: list[Planned]) -> Interactions:
-        """Events -> (B,) query/interaction tensors; times float64 epoch seconds, NaN if absent.
+        return self.encode_decoded([p.decoded for p in wave])
+
+    def encode_decoded(self, decoded: list[Any]) -> Interactions:
+        """Decoded events (``decoded.event``, ``decoded.event_time_ms``) -> (B,) query/interaction tensors;
+        times float64 epoch seconds, NaN if absent.
 
         Built as numpy arrays (``torch.tensor`` of a Python list costs several times more per call,
         and this runs once per wave) from the decoded event times (no datetime arithmetic here).
         """
-        events = [p.decoded.event for p in wave]
+        events = [d.event for d in decoded]
         counts = np.fromiter((len(e.concept_ids) for e in events), np.intp, len(events))
         flat = np.array(self.concepts.encode_all(c for e in events for c in e.concept_ids), np.int64)
         width = max(int(counts.max(initial=0)), 1)
@@ -112,8 +116,8 @@ class ModelRunner:
         items = np.array(self.items.encode_all(e.item_id for e in events), np.int64)
         responses = np.fromiter((NO_RESPONSE if e.response is None else e.response for e in events), np.int64,
                                 len(events))
-        times = np.fromiter((math.nan if p.decoded.event_time_ms is None else p.decoded.event_time_ms / 1000.0
-                             for p in wave), np.float64, len(wave))
+        times = np.fromiter((math.nan if d.event_time_ms is None else d.event_time_ms / 1000.0 for d in decoded),
+                            np.float64, len(decoded))
         return Interactions(*map(torch.from_numpy, (items, concepts, responses, times)))
 
     def run(self, waves: list[list[Planned]]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

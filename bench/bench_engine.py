@@ -157,14 +157,27 @@ def split_config(cfg: str) -> tuple[str, str]:
     return (client, rest) if sep else ("kafka-python", cfg)
 
 
-def make_engine(cfg: str, s, serving: dict) -> Engine:
+def make_engine(cfg: str, s, serving: dict, learners: int = 0) -> Engine:
+    """``learners``: how many the load has (the floor's slots)."""
     client, cfg = split_config(cfg)
     s = s.model_copy(update={"kafka": s.kafka.model_copy(update={"client": client})})
     source, sink = source_for(s.kafka, max_poll_records=s.engine.max_batch), sink_for(s)  # as serve builds them
+    if cfg == "floor":
+        return floor_engine(s, serving["dkt"], learners, source, sink)
     if cfg != "passthrough":
         name, s = model_config(cfg, s)
         return build_engine(s, serving[name], source, sink)
     return passthrough_engine(s, source, sink)
+
+
+def floor_engine(s, dkt, learners: int, source, sink) -> Engine:
+    """The engine loop around bench/model_path_floor.py's DKT floor (``--floor``), a slot per learner."""
+    from model_path_floor import FloorProcessor  # it imports this module
+
+    e = s.engine
+    processor = FloorProcessor(dkt, learners, s.kafka.topics.predictions)
+    return Engine(source, sink, processor, EngineMetrics(), e.max_batch, e.poll_timeout_ms / 1000.0, e.flush_timeout_s,
+                  collector=collector_for(e), overlap_delivery=e.overlap_delivery)
 
 
 def passthrough_engine(s, source, sink) -> Engine:
@@ -414,6 +427,9 @@ def main() -> None:
                     help="Kafka clients of the engine, each a dimension of every configuration (kafka.client: "
                          "kafka-python, confluent; default: both when confluent-kafka is installed)")
     ap.add_argument("--skip-no-describe", action="store_true", help="leave out the NAME/no-describe rows")
+    ap.add_argument("--floor", action="store_true",
+                    help="throughput runs: also DKT's floor on each client (bench/model_path_floor.py: learners as "
+                         "slots of preallocated tensors, no late events, roll-back, store or metrics); needs dkt")
     ap.add_argument("--quix", choices=("auto", "yes", "no"), default="auto",
                     help="the peer row: a Quix Streams app counting events per learner in its state (RocksDB and "
                          "a changelog), on the same broker and events (auto: when quixstreams is installed)")
@@ -430,6 +446,9 @@ def main() -> None:
     base_configs = ["passthrough"] + list(serving)
     if not args.skip_no_describe:
         base_configs += [f"{m}/no-describe" for m in serving]
+    if args.floor:
+        assert "dkt" in serving, "--floor runs DKT's floor: --models must include dkt"
+        base_configs.append("floor")
     configs = [f"{client}:{c}" for client in clients for c in base_configs]
     quix = args.quix == "yes" or (args.quix == "auto" and quix_installed())
     print(f"torch threads 1; cores visible {len(os.sched_getaffinity(0))}; load average {os.getloadavg()[0]:.1f} "
@@ -460,7 +479,7 @@ def main() -> None:
                     tag = f"{cfg.replace('/', '-').replace('@', '-').replace(':', '-')}-{uuid.uuid4().hex[:6]}"
                     s = settings(broker, tag, "bench.events", args.max_batch)
                     broker.create_topics([s.kafka.topics.predictions, s.kafka.topics.dead_letters], PARTITIONS)
-                    engine = make_engine(cfg, s, serving)
+                    engine = make_engine(cfg, s, serving, len({e["learner_id"] for e in load}))
                     seconds, cpu_s, main_s, done = drain(engine, len(load))
                     engine.close()
                     rates[cfg].append(done / seconds)

@@ -15,6 +15,9 @@ Printed: CPU us per event of the floor, of the engine with DKT and of the engine
 same records (engine_offline's load), in one run, and each model path (its cost minus passthrough's).
 
     python bench/model_path_floor.py --events 100000 --repeat 3
+
+``FloorProcessor`` puts the floor in the engine's loop in place of the processor, so that
+``bench/bench_engine.py --floor`` drains the broker with it on each client beside the engine.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -39,6 +44,8 @@ from ktstream.core import Output, Record  # noqa: E402
 from ktstream.data.histories import NO_RESPONSE, Interactions, build_vocabularies  # noqa: E402
 from ktstream.engine.decode import Decoded, decode  # noqa: E402
 from ktstream.engine.messages import prediction  # noqa: E402
+from ktstream.engine.processor import Batch  # noqa: E402
+from ktstream.engine.state_cache import StateCache  # noqa: E402
 from ktstream.engine.swap import window_record  # noqa: E402
 from ktstream.serving.runner import ModelRunner  # noqa: E402
 from ktstream.service import tune_process  # noqa: E402
@@ -47,8 +54,8 @@ from ktstream.service import tune_process  # noqa: E402
 class SlotDKT:
     """DKT's serving path over learner slots: see the module docstring."""
 
-    def __init__(self, serving, capacity: int):
-        self.model = serving.model
+    def __init__(self, serving, capacity: int, topic: str = "predictions"):
+        self.model, self.topic = serving.model, topic
         self.runner = ModelRunner(serving.model, serving.items, serving.concepts, "v", describe=False)
         shape = (capacity, self.model.layers, self.model.hidden)
         self.h, self.c = torch.zeros(shape), torch.zeros(shape)
@@ -76,7 +83,7 @@ class SlotDKT:
         seqs = (self.events[slots] + rank + 1).tolist()
         outputs = []
         for d, p, s, seq in zip(valid, probs, slots.tolist(), seqs):
-            outputs.append(prediction("predictions", d, "dkt", "v", p, False, now)[0])
+            outputs.append(prediction(self.topic, d, "dkt", "v", p, False, now)[0])
             self.windows[s].append(window_record(d, seq))
         np.add.at(self.events, slots, 1)
         self.last_offset[slots] = [d.record.offset for d in valid]
@@ -105,6 +112,35 @@ class SlotDKT:
                     new = self.model.update({"h": self.h[index], "c": self.c[index]}, sub.take(keep))
                     self.h[index], self.c[index] = new["h"], new["c"]
         return probs
+
+
+class FloorProcessor:
+    """``SlotDKT`` as the engine loop's processor: polling, producing and committing stay the engine's.
+    Dead letters are left out (the bench's load has none)."""
+
+    def __init__(self, serving, capacity: int, predictions: str):
+        self.floor = SlotDKT(serving, capacity, predictions)
+        self.cache = StateCache(1 << 20)  # the engine applies what a batch stages here: the floor stages nothing
+        self.runner = SimpleNamespace(name="floor", version="-")
+        self.stale = ()
+
+    def decode(self, records: list[Record]) -> tuple[Batch, list[Record]]:
+        batch = Batch(received_ms=time.time_ns() // 1_000_000, records=len(records))
+        for rec in records:
+            batch.offsets[rec.tp] = max(batch.offsets.get(rec.tp, 0), rec.offset + 1)
+            batch.first_offsets.setdefault(rec.tp, rec.offset)
+        return batch, records
+
+    def process_decoded(self, batch: Batch, records: list[Record]) -> Batch:
+        batch.outputs = self.floor.step(records)
+        batch.predictions = len(batch.outputs)
+        return batch
+
+    def process(self, records: list[Record]) -> Batch:
+        return self.process_decoded(*self.decode(records))
+
+    def drop_oversized(self, batch: Batch, limit: int) -> int:
+        return 0
 
 
 def floor_cpu_us(serving, recs: list[Record], max_batch: int) -> float:

@@ -1,5 +1,6 @@
 """bench/model_path_floor.py measures a floor of DKT's model path only if it does the engine's work:
-the same prediction for every event, steps (ties in event time) included."""
+the same prediction for every event, steps (ties in event time) included; and in the engine's loop
+(bench_engine --floor) every record gets its prediction and its offset committed."""
 
 import sys
 from collections import Counter
@@ -12,9 +13,11 @@ sys.path.insert(0, str(BENCH))
 
 from bench_engine import serving_models  # noqa: E402
 from engine_offline import engine_for, records, run  # noqa: E402
-from model_path_floor import SlotDKT  # noqa: E402
+from model_path_floor import FloorProcessor, SlotDKT  # noqa: E402
 
 from ktstream.data.histories import build_vocabularies  # noqa: E402
+from ktstream.engine import MemorySink, MemorySource  # noqa: E402
+from ktstream.engine.engine import Engine  # noqa: E402
 
 
 def predictions(outputs) -> dict[str, float]:
@@ -39,3 +42,18 @@ def test_the_floor_predicts_what_the_engine_predicts():
     assert max(abs(mine[k] - theirs[k]) for k in theirs) < 1e-6
     times = Counter((e["learner_id"], e["event_time"]) for e in load)
     assert sum(times[e["learner_id"], e["event_time"]] > 1 for e in load) > 100, "no steps for the test to see"
+
+
+def test_the_floor_in_the_engine_loop_predicts_every_record_and_commits_it():
+    recs, load = records(3000, 10)
+    serving = serving_models(["dkt"], *build_vocabularies(load))
+    source, sink = MemorySource(list(recs)), MemorySink()
+    engine = Engine(source, sink, FloorProcessor(serving["dkt"], len({r.key for r in recs}), "p"), max_batch=400)
+    try:
+        while source.pending:
+            engine.step()
+    finally:
+        engine.close()
+    sources = sorted((m["source"]["partition"], m["source"]["offset"]) for m in (orjson.loads(o.value) for o in sink.flushed if o.topic == "p"))
+    assert sources == sorted((r.partition, r.offset) for r in recs)
+    assert source.committed == {tp: max(r.offset for r in recs if r.tp == tp) + 1 for tp in {r.tp for r in recs}}

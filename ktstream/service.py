@@ -12,8 +12,6 @@ the loop finishes its current micro-batch (commit included) and returns.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import threading
 from typing import Callable
 
@@ -30,6 +28,7 @@ from ktstream.engine.server import MetricsServer
 from ktstream.engine.state_cache import StateCache
 from ktstream.finetune.registry import ModelRegistry
 from ktstream.finetune.watcher import RegistryWatcher
+from ktstream.malloc import tune_malloc
 from ktstream.models.checkpoint import ServingModel
 from ktstream.serving.runner import ModelRunner
 from ktstream.state.store import Store
@@ -65,27 +64,6 @@ def build_engine(settings: Settings, serving: ServingModel, source: Source, sink
 def collector_for(engine: EngineSettings) -> BatchCollector | None:
     """The engine's own garbage collection between micro-batches, when ``gc_tuning`` asks for it."""
     return BatchCollector(engine.gc_young_objects, engine.gc_full_interval_s) if engine.gc_tuning else None
-
-
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
-
-
-def tune_malloc(mmap_threshold: int = 32 << 20, trim_threshold: int = 256 << 20) -> bool:
-    """Keep freed tensor memory in the heap for the next wave instead of giving it back to the kernel.
-
-    glibc serves an allocation above its mmap threshold (adaptive, from 128 KB) with a fresh
-    mapping and returns free memory at the top of the heap beyond its trim threshold, so the
-    (B, ...) tensors of a wave, a few MB each, had their pages faulted in (4 KB at a time) again on
-    every wave: about a fifth of DKVMN's CPU per event. With both raised, a wave's temporaries reuse
-    the previous wave's pages; the heap then keeps up to ``trim_threshold`` bytes of free memory.
-    Process-wide; returns False (nothing changed) where the C library has no glibc ``mallopt``.
-    """
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
-    except (OSError, AttributeError, TypeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1 and mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1
 
 
 def tune_process(engine: EngineSettings) -> None:

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from ktstream.data.histories import Histories, LearnerHistory, collate
+from ktstream.malloc import tune_malloc
 from ktstream.models.base import KTModel, select_state
 from ktstream.scoring.binary import auc
 from ktstream.training.distributed import DataParallel
@@ -61,6 +62,9 @@ class TrainConfig:
     autocast: str | None = None
     eval_batch_size: int = 64
     progress: bool = True
+    #: keep freed tensor memory in the C heap for the next step (ktstream.malloc; process-wide): on the
+    #: CPU the attention families otherwise spend about as long in page faults as in training
+    malloc_tuning: bool = True
 
 
 @dataclass
@@ -227,17 +231,45 @@ def _loss(model: KTModel, batch: Histories, chunk: int) -> tuple[torch.Tensor, i
     return total, count
 
 
+#: Most positions (learners x padded length of a window) in one evaluation batch. Larger batches
+#: make tensors over glibc's 32 MB mmap threshold ((B, heads, L, L) attention scores first), whose
+#: pages are then faulted in afresh on every batch (ktstream.malloc): on the CPU, evaluating AKT in
+#: batches of 64 learners of 200 positions spent about as long in the kernel as in the model.
+EVAL_POSITIONS = 3200
+
+
+def eval_batches(lengths: Sequence[int], batch_size: int, max_positions: int | None = EVAL_POSITIONS,
+                 chunk: int = 4000) -> Iterator[list[int]]:
+    """Indices of learners (by ``lengths``) in evaluation batches of similar length, shortest first: at
+    most ``batch_size`` learners and ``max_positions`` positions per window, padding included (None: no
+    bound; a learner longer than the bound goes alone).
+
+    >>> list(eval_batches([5, 300, 10, 200, 20], batch_size=2, max_positions=300))
+    [[0, 2], [4], [3], [1]]
+    """
+    batch: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        width = min(lengths[i], chunk)  # the batch's longest: sorted by length
+        if batch and (len(batch) == batch_size or (max_positions is not None and (len(batch) + 1) * width > max_positions)):
+            yield batch
+            batch = []
+        batch.append(i)
+    if batch:
+        yield batch
+
+
 @torch.no_grad()
 def predict_histories(model: KTModel, histories: Sequence[LearnerHistory], batch_size: int = 64,
-                      device: str | torch.device | None = None, chunk: int = 4000) -> list[np.ndarray]:
+                      device: str | torch.device | None = None, chunk: int = 4000,
+                      max_positions: int | None = EVAL_POSITIONS) -> list[np.ndarray]:
     """Prequential predictions (T, K) for every learner, via the training path, on ``device``
-    (default: where the model's weights are)."""
+    (default: where the model's weights are), in ``eval_batches`` (``max_positions`` bounds them on the
+    CPU only: CUDA's caching allocator keeps its memory, and larger batches keep a GPU busy)."""
     model.eval()
     device = next(model.parameters()).device if device is None else torch.device(device)
+    bound = max_positions if device.type == "cpu" else None
     by_id = {}
-    order = sorted(range(len(histories)), key=lambda i: len(histories[i]))
-    for g in range(0, len(order), batch_size):
-        idx = order[g : g + batch_size]
+    for idx in eval_batches([len(h) for h in histories], batch_size, bound, chunk):
         batch = collate([histories[i] for i in idx]).to(device)
         parts = []
         for log_probs, _, _ in forward_windows(model, batch, chunk):
@@ -321,6 +353,8 @@ def _train_epoch(model, opt, train, cfg: TrainConfig, rng, device, desc: str, sh
 def refit(model: KTModel, histories: Sequence[LearnerHistory], selected: FitResult, cfg: TrainConfig) -> KTModel:
     """Train a fresh model on ``histories`` (train + valid) for the epochs and learning
     rates that ``selected`` chose on validation. No data outside ``histories`` is read."""
+    if cfg.malloc_tuning:
+        tune_malloc()
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     device = _start(model, cfg)
@@ -344,6 +378,8 @@ def fit(model: KTModel, train: Sequence[LearnerHistory] | BatchSource, valid: Se
     cfg = cfg or TrainConfig()
     assert len(valid) > 0, "fit needs non-empty validation histories"
     assert hasattr(train, "batches") or len(train) > 0, "fit needs non-empty training histories"
+    if cfg.malloc_tuning:
+        tune_malloc()
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     device = _start(model, cfg)

@@ -10,7 +10,7 @@ from ktstream.models.stepwise import predict_stepwise
 from ktstream.scoring.binary import auc
 from ktstream.training import precision
 from ktstream.training.precision import supports_autocast
-from ktstream.training.trainer import TrainConfig, fit, forward_windows, predict_histories, score
+from ktstream.training.trainer import TrainConfig, eval_batches, fit, forward_windows, predict_histories, score
 from tests.conftest import random_learner
 
 
@@ -199,3 +199,33 @@ def test_position_batches_stay_within_budget_and_cover_every_learner_once():
         assert padded <= 1600 or len(b) == 1, (len(b), padded)
     short = [b for b in batches if max(len(h) for h in b) < 30]
     assert max(len(b) for b in short) > 32, "short learners are grouped by positions, not 32 at a time"
+
+
+@pytest.mark.parametrize("lengths,batch_size,max_positions", [
+    ([5, 300, 10, 200, 20, 7, 7, 7, 4000, 650], 4, 600),
+    (list(range(1, 200, 3)), 64, 3200),
+    ([10] * 50, 8, None),
+])
+def test_eval_batches_cover_every_learner_once_within_both_bounds(lengths, batch_size, max_positions):
+    batches = list(eval_batches(lengths, batch_size, max_positions, chunk=400))
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        width = max(min(lengths[i], 400) for i in b)
+        assert len(b) <= batch_size
+        assert max_positions is None or len(b) == 1 or len(b) * width <= max_positions, (b, width)
+
+
+@pytest.mark.parametrize("name", ["dkt", "akt"])
+def test_predictions_do_not_depend_on_how_evaluation_batches_learners(name):
+    """Bounding the positions of an evaluation batch (the CPU's default) splits batches; every
+    prediction stays what one batch of all learners gives (no prediction depends on its batch mates)."""
+    torch.manual_seed(0)
+    model = create(name, n_items=20, n_concepts=6, **family(name).tiny_config).eval()
+    rng = np.random.default_rng(4)
+    learners = [random_learner(rng, int(n), 20, 6, 2, learner_id=f"u{i}")
+                for i, n in enumerate(rng.integers(3, 90, size=24))]
+    together = predict_histories(model, learners, len(learners), "cpu", chunk=40, max_positions=None)
+    bounded = predict_histories(model, learners, len(learners), "cpu", chunk=40, max_positions=120)
+    assert len(list(eval_batches([len(h) for h in learners], len(learners), 120, 40))) > 5
+    for a, b in zip(together, bounded):
+        np.testing.assert_allclose(a, b, atol=1e-6)

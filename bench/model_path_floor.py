@@ -28,7 +28,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-
 from types import SimpleNamespace
 
 import numpy as np

@@ -250,7 +250,8 @@ def eval_batches(lengths: Sequence[int], batch_size: int, max_positions: int | N
     batch: list[int] = []
     for i in sorted(range(len(lengths)), key=lambda i: lengths[i]):
         width = min(lengths[i], chunk)  # the batch's longest: sorted by length
-        if batch and (len(batch) == batch_size or (max_positions is not None and (len(batch) + 1) * width > max_positions)):
+        full = len(batch) == batch_size or (max_positions is not None and (len(batch) + 1) * width > max_positions)
+        if batch and full:
             yield batch
             batch = []
         batch.append(i)

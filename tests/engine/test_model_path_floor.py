@@ -54,6 +54,7 @@ def test_the_floor_in_the_engine_loop_predicts_every_record_and_commits_it():
             engine.step()
     finally:
         engine.close()
-    sources = sorted((m["source"]["partition"], m["source"]["offset"]) for m in (orjson.loads(o.value) for o in sink.flushed if o.topic == "p"))
+    messages = [orjson.loads(o.value) for o in sink.flushed if o.topic == "p"]
+    sources = sorted((m["source"]["partition"], m["source"]["offset"]) for m in messages)
     assert sources == sorted((r.partition, r.offset) for r in recs)
     assert source.committed == {tp: max(r.offset for r in recs if r.tp == tp) + 1 for tp in {r.tp for r in recs}}

@@ -84,7 +84,7 @@ from ktstream.models.checkpoint import ServingModel  # noqa: E402
 from ktstream.engine.decode import Decoded, decode  # noqa: E402
 from ktstream.engine.engine import Engine  # noqa: E402
 from ktstream.engine.messages import dead_letter, now_ms  # noqa: E402
-from ktstream.engine.processor import Batch, output_nbytes  # noqa: E402
+from ktstream.engine.processor import Batch, batch_for, output_nbytes  # noqa: E402
 from ktstream.core import Output  # noqa: E402
 from ktstream.engine.replay import publish, replay_order  # noqa: E402
 from ktstream.service import build_engine, collector_for, tune_process  # noqa: E402
@@ -107,10 +107,8 @@ class Passthrough:
         self.stale = ()  # no model, so never a swap to rebuild after
 
     def process(self, records) -> Batch:
-        batch = Batch(received_ms=now_ms(), records=len(records))
+        batch = batch_for(records)
         for rec in records:
-            batch.offsets[rec.tp] = max(batch.offsets.get(rec.tp, 0), rec.offset + 1)
-            batch.first_offsets.setdefault(rec.tp, rec.offset)
             d = decode(rec, self.max_bytes)
             if not isinstance(d, Decoded):
                 batch.outputs.append(dead_letter(self.dead, rec, d.reason, d.detail))
@@ -461,6 +459,7 @@ def main() -> None:
                 pass
             sink.close()
             tune_process(load_settings(None).engine)  # as Service.run does
+            learners = len({e["learner_id"] for e in load})  # the floor's slots
             rates = {c: [] for c in configs}
             cpu = {c: [] for c in configs}  # CPU microseconds per event
             main_cpu = {c: [] for c in configs}  # the same, the engine loop's thread alone
@@ -479,7 +478,7 @@ def main() -> None:
                     tag = f"{cfg.replace('/', '-').replace('@', '-').replace(':', '-')}-{uuid.uuid4().hex[:6]}"
                     s = settings(broker, tag, "bench.events", args.max_batch)
                     broker.create_topics([s.kafka.topics.predictions, s.kafka.topics.dead_letters], PARTITIONS)
-                    engine = make_engine(cfg, s, serving, len({e["learner_id"] for e in load}))
+                    engine = make_engine(cfg, s, serving, learners)
                     seconds, cpu_s, main_s, done = drain(engine, len(load))
                     engine.close()
                     rates[cfg].append(done / seconds)

@@ -43,7 +43,7 @@ from ktstream.core import Output, Record  # noqa: E402
 from ktstream.data.histories import NO_RESPONSE, Interactions, build_vocabularies  # noqa: E402
 from ktstream.engine.decode import Decoded, decode  # noqa: E402
 from ktstream.engine.messages import prediction  # noqa: E402
-from ktstream.engine.processor import Batch  # noqa: E402
+from ktstream.engine.processor import Batch, batch_for  # noqa: E402
 from ktstream.engine.state_cache import StateCache  # noqa: E402
 from ktstream.engine.swap import window_record  # noqa: E402
 from ktstream.serving.runner import ModelRunner  # noqa: E402
@@ -124,19 +124,12 @@ class FloorProcessor:
         self.stale = ()
 
     def decode(self, records: list[Record]) -> tuple[Batch, list[Record]]:
-        batch = Batch(received_ms=time.time_ns() // 1_000_000, records=len(records))
-        for rec in records:
-            batch.offsets[rec.tp] = max(batch.offsets.get(rec.tp, 0), rec.offset + 1)
-            batch.first_offsets.setdefault(rec.tp, rec.offset)
-        return batch, records
+        return batch_for(records), records
 
     def process_decoded(self, batch: Batch, records: list[Record]) -> Batch:
         batch.outputs = self.floor.step(records)
         batch.predictions = len(batch.outputs)
         return batch
-
-    def process(self, records: list[Record]) -> Batch:
-        return self.process_decoded(*self.decode(records))
 
     def drop_oversized(self, batch: Batch, limit: int) -> int:
         return 0

@@ -69,6 +69,16 @@ class Batch:
     metric_learners: tuple[list[str], list[str]] = field(default_factory=lambda: ([], []))  # of end_to_end, outcomes
 
 
+def batch_for(records: list[Record]) -> Batch:
+    """A micro-batch of ``records`` with nothing in it yet: received now, the offsets to commit after it
+    and where a retry restarts, per partition."""
+    batch = Batch(received_ms=messages.now_ms(), records=len(records))
+    for rec in records:
+        batch.offsets[rec.tp] = max(batch.offsets.get(rec.tp, 0), rec.offset + 1)
+        batch.first_offsets[rec.tp] = min(batch.first_offsets.get(rec.tp, rec.offset), rec.offset)
+    return batch
+
+
 class Processor:
     def __init__(self, runner: ModelRunner, cache: StateCache, predictions_topic: str, dead_letter_topic: str,
                  late_policy: LatePolicy = "dead-letter", max_record_bytes: int = 65536, window: int = 200,
@@ -104,11 +114,9 @@ class Processor:
     def decode(self, records: list[Record]) -> tuple[Batch, list[Decoded]]:
         """Step 1 alone: it reads no learner state, so the engine may run it while the previous batch's
         outputs are still in flight."""
-        batch = Batch(received_ms=messages.now_ms(), records=len(records))
+        batch = batch_for(records)
         valid: list[Decoded] = []
         for rec in records:
-            batch.offsets[rec.tp] = max(batch.offsets.get(rec.tp, 0), rec.offset + 1)
-            batch.first_offsets[rec.tp] = min(batch.first_offsets.get(rec.tp, rec.offset), rec.offset)
             d = decode(rec, self.max_record_bytes, batch.received_ms + self.max_clock_skew_ms)
             if isinstance(d, Decoded) and d.event.response is not None \
                     and d.event.response >= self.runner.model.n_categories:

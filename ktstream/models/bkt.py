@@ -138,25 +138,29 @@ class BKT(KTModel):
 
     @staticmethod
     def _log_probs(mastery: torch.Tensor, weight: torch.Tensor, slot: dict[str, torch.Tensor]) -> torch.Tensor:
-        """P(L) of the slots (B, C) -> log of the mean predictive distribution (B, K)."""
+        """P(L) of the slots (..., C) -> log of the mean predictive distribution (..., K)."""
         m = mastery.unsqueeze(-1)
-        per_slot = m * slot["e1"] + (1 - m) * slot["e0"]  # (B, C, K)
+        per_slot = m * slot["e1"] + (1 - m) * slot["e0"]  # (..., C, K)
         return torch.log((weight.unsqueeze(-1) * per_slot).sum(-2).clamp(min=EPS))
 
     @staticmethod
-    def _next(mastery: torch.Tensor, ids: torch.Tensor, responses: torch.Tensor,
+    def _likelihoods(responses: torch.Tensor, slot: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(...) responses -> P(response | mastered), P(response | not mastered) of each slot (..., C)."""
+        r = responses.clamp(min=0).unsqueeze(-1).unsqueeze(-1).expand(*slot["keep"].shape, 1)
+        return slot["e1"].gather(-1, r).squeeze(-1), slot["e0"].gather(-1, r).squeeze(-1)
+
+    @staticmethod
+    def _next(mastery: torch.Tensor, ids: torch.Tensor, like1: torch.Tensor, like0: torch.Tensor,
               slot: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Each of the item's concepts: posterior given the response, then the transition; (B, n_concepts)."""
-        keep = slot["keep"]
+        """Each of the item's concepts: posterior given the response's likelihoods (B, C), then the
+        transition; (B, n_concepts)."""
         m = mastery.gather(1, ids)  # (B, C)
-        r = responses.clamp(min=0).view(-1, 1, 1).expand(-1, ids.shape[1], 1)
-        like1, like0 = slot["e1"].gather(-1, r).squeeze(-1), slot["e0"].gather(-1, r).squeeze(-1)
         mc = m.clamp(*MASTERY_RANGE)
         joint1 = mc * like1
         post = joint1 / (joint1 + (1 - mc) * like0).clamp(min=EPS)
         after = post * (1 - slot["forget"]) + (1 - post) * slot["learn"]
         # as a change: padding slots and a concept's second listing add 0 (to column 0, or the concept)
-        return mastery.scatter_add(1, ids, torch.where(keep, after - m, 0)).clamp(*MASTERY_RANGE)
+        return mastery.scatter_add(1, ids, torch.where(slot["keep"], after - m, 0)).clamp(*MASTERY_RANGE)
 
     # -- training path ---------------------------------------------------
     def forward(self, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State]:
@@ -166,19 +170,25 @@ class BKT(KTModel):
         else:
             mastery = state["mastery"]
         ids, weight, slot = self._slots(histories.concepts)  # (B, T, C), ...
+        like1, like0 = self._likelihoods(histories.responses, slot)
+        # the loop carries only what depends on the previous step: the emissions, likelihoods and the
+        # predictive distributions are computed for every position at once, outside it
+        new_step = histories.step_start == torch.arange(T, device=ids.device)
         applied = histories.applied
-        at_step_start = mastery
-        out = []
-        for t in range(T):
-            new_step = (histories.step_start[:, t] == t).view(B, 1)
-            at_step_start = torch.where(new_step, mastery, at_step_start)
-            here = {k: v[:, t] for k, v in slot.items()}
-            out.append(self._log_probs(at_step_start.gather(1, ids[:, t]), weight[:, t], here))
-            if bool(applied[:, t].any()):
-                mastery = torch.where(applied[:, t].view(B, 1),
-                                      self._next(mastery, ids[:, t], histories.responses[:, t], here), mastery)
-        log_probs = torch.stack(out, 1) if out else mastery.new_zeros(B, 0, self.n_categories)
-        return log_probs, {"mastery": mastery}
+        per_step = zip(ids.unbind(1), like1.unbind(1), like0.unbind(1), slot["learn"].unbind(1),
+                       slot["forget"].unbind(1), slot["keep"].unbind(1), new_step.unbind(1), applied.unbind(1))
+        # one device sync for the whole loop; where every row starts a step or is applied, no select
+        any_applied, all_applied, all_new = (x.tolist() for x in (applied.any(0), applied.all(0), new_step.all(0)))
+        at_step_start, read = mastery, []
+        for t, (i, l1, l0, learn, forget, keep, starts, applies) in enumerate(per_step):
+            at_step_start = mastery if all_new[t] else torch.where(starts.view(B, 1), mastery, at_step_start)
+            read.append(at_step_start.gather(1, i))
+            if any_applied[t]:
+                after = self._next(mastery, i, l1, l0, {"learn": learn, "forget": forget, "keep": keep})
+                mastery = after if all_applied[t] else torch.where(applies.view(B, 1), after, mastery)
+        if not read:
+            return mastery.new_zeros(B, 0, self.n_categories), {"mastery": mastery}
+        return self._log_probs(torch.stack(read, 1), weight, slot), {"mastery": mastery}
 
     # -- serving path ----------------------------------------------------
     def init_state(self, batch_size: int) -> State:
@@ -196,4 +206,5 @@ class BKT(KTModel):
 
     def update(self, state: State, interaction: Interactions) -> State:
         ids, _, slot = self._slots(interaction.concepts)
-        return {"mastery": self._next(state["mastery"], ids, interaction.responses, slot)}
+        like1, like0 = self._likelihoods(interaction.responses, slot)
+        return {"mastery": self._next(state["mastery"], ids, like1, like0, slot)}

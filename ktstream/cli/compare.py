@@ -51,8 +51,9 @@ def register(sub) -> None:
     p.add_argument("--epochs", type=int, default=TRAIN_DEFAULTS["epochs"], help="most training epochs")
     p.add_argument("--patience", type=int, default=TRAIN_DEFAULTS["patience"], help="early-stopping patience")
     p.add_argument("--lr", type=float, default=TRAIN_DEFAULTS["lr"], help="learning rate (without --lr-grid)")
-    p.add_argument("--lr-grid", default=None, metavar="LR,LR",
-                   help="learning rates to choose from per model and data set, on validation only")
+    p.add_argument("--lr-grid", action="append", default=[], metavar="[FAMILY=]LR,LR",
+                   help="learning rates to choose from per model and data set, on validation only; "
+                        "FAMILY=LR,LR sets one family's grid (repeatable)")
     p.add_argument("--seeds", type=int, default=1, help="seeds per configuration: K..K+N-1 (K: --first-seed)")
     p.add_argument("--first-seed", type=int, default=0,
                    help="the first seed, to add seeds to an earlier run's without repeating them")
@@ -82,6 +83,31 @@ def family_kwargs(pairs: list[str], models: list[str]) -> dict[str, dict[str, An
             raise UsageError(f"--model-arg {pair!r} is not FAMILY.KEY=VALUE for a family in --models ({models})")
         out[fam].update(model_kwargs([rest]))
     return out
+
+
+def family_grids(values: list[str], models: list[str], lr: float) -> dict[str, list[float]]:
+    """``--lr-grid`` values as the learning rates each family chooses from: ``LR,LR`` for every family,
+    ``FAMILY=LR,LR`` for one (families differ in the rates they need: a logistic baseline learns at rates a
+    transformer diverges at); without either, ``lr`` alone.
+
+    >>> family_grids(["0.001,0.002", "bkt=0.01,0.03"], ["dkt", "bkt"], 0.001)
+    {'dkt': [0.001, 0.002], 'bkt': [0.01, 0.03]}
+    """
+    default, own = [lr], {}
+    for value in values:
+        fam, eq, rates = value.rpartition("=")
+        try:
+            grid = [float(x) for x in rates.split(",")]
+        except ValueError:
+            grid = []
+        if not grid or min(grid) <= 0 or len(set(grid)) < len(grid) or (eq and fam not in models) or fam in own:
+            raise UsageError(f"--lr-grid {value!r} is not [FAMILY=]LR,LR with distinct positive rates, "
+                             f"given once per family in --models ({models})")
+        if eq:
+            own[fam] = grid
+        else:
+            default = grid
+    return {m: own.get(m, default) for m in models}
 
 
 def sources(args: argparse.Namespace) -> list[tuple[Any, bool]]:
@@ -183,19 +209,19 @@ def make_plan(args, models: list[str], kw: dict, srcs: list) -> dict:
     """plan.json: per data set and model, the configuration and the learning rate (chosen on valid only)."""
     from ktstream.models import create
 
-    grid = [float(x) for x in args.lr_grid.split(",")] if args.lr_grid else [args.lr]
+    grids = family_grids(args.lr_grid, models, args.lr)
     plan: dict[str, Any] = {"written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                             "budget": {"epochs": args.epochs, "patience": args.patience, "seeds": args.seeds,
                                        "first_seed": args.first_seed,
                                        "threads": args.threads, "max_learners": args.max_learners,
-                                       "fold": args.fold, "lr_grid": grid},
+                                       "fold": args.fold, "lr_grid": grids},
                             "selection": "learning rate by best validation score at seed 0; no test data read",
                             "runs": []}
     for src, keep in srcs:
         proto = protocol_of(src)
         train = valid = None
         c1 = None
-        if len(grid) > 1:
+        if any(len(grids[m]) > 1 for m in models):
             if proto == "benchmark":
                 train, valid = read_selection_data(src, keep, args.fold, args.max_learners)
             else:  # one stream: the records before C0 only (the test window is dropped unread by any model)
@@ -205,7 +231,7 @@ def make_plan(args, models: list[str], kw: dict, srcs: list) -> dict:
                 valid = [r for r in stream if r["event_time"] < c0]
                 del stream
         for model in models:
-            scores = {}
+            grid, scores = grids[model], {}
             if len(grid) > 1:
                 for lr in grid:
                     scores[lr] = valid_score(model, kw[model], train, valid, _cfg(args, 0, lr), c1)
@@ -342,6 +368,7 @@ def run(args: argparse.Namespace) -> int:
     kw = family_kwargs(args.model_arg, models)
     for m in models:
         check_model(m, kw[m])
+    family_grids(args.lr_grid, models, args.lr)  # a malformed grid fails before anything is read
     srcs = sources(args)
     if args.seeds < 1 or args.first_seed < 0:
         raise UsageError("--seeds must be at least 1 and --first-seed at least 0")

@@ -81,6 +81,36 @@ def test_timestamped_events_run_prequential(tmp_path):
     assert row["test_auc"] == pytest.approx(table["runs"][0]["auc_overall_recomputed"], abs=1e-9)
 
 
+def test_a_family_grid_replaces_the_common_grid_for_that_family_only(toy, tmp_path):
+    out = tmp_path / "cmp"
+    assert main(["compare", "--models", "dkt,irt-pfa", "--data", str(toy), "--format", "dkvmn",
+                 "--lr-grid", "0.001,0.002", "--lr-grid", "irt-pfa=0.01,0.03", *TINY, "-o", str(out)]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["budget"]["lr_grid"] == {"dkt": [0.001, 0.002], "irt-pfa": [0.01, 0.03]}
+    by_model = {r["model"]: r for r in plan["runs"]}
+    assert set(by_model["dkt"]["valid_by_lr"]) == {"0.001", "0.002"}
+    assert set(by_model["irt-pfa"]["valid_by_lr"]) == {"0.01", "0.03"}
+    runs = {r["model"]: r for r in json.loads((out / "table.json").read_text())["runs"]}
+    assert runs["irt-pfa"]["lr"] == by_model["irt-pfa"]["lr"] in (0.01, 0.03)
+    # one rate for a family is no selection: that family trains once, at it
+    single = tmp_path / "single"
+    assert main(["compare", "--models", "dkt,irt-pfa", "--data", str(toy), "--format", "dkvmn",
+                 "--lr-grid", "irt-pfa=0.02", *TINY, "-o", str(single)]) == 0
+    runs = {r["model"]: r for r in json.loads((single / "plan.json").read_text())["runs"]}
+    assert (runs["dkt"]["lr"], runs["irt-pfa"]["lr"]) == (0.001, 0.02)
+    assert runs["dkt"]["valid_by_lr"] == runs["irt-pfa"]["valid_by_lr"] == {}
+
+
+@pytest.mark.parametrize("grids", [["sakt=0.01"], ["0.01,x"], ["0.01,0.01"], ["dkt=0.01", "dkt=0.02"], ["-0.1"],
+                                   ["dkt="]])
+def test_a_malformed_grid_fails_before_anything_is_read(toy, tmp_path, capsys, grids):
+    options = [x for g in grids for x in ("--lr-grid", g)]
+    assert main(["compare", "--models", "dkt", "--data", str(toy), "--format", "dkvmn", *options,
+                 *TINY, "-o", str(tmp_path / "x")]) == 2
+    assert "--lr-grid" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+
+
 def test_wrong_names_fail_before_anything_is_read(tmp_path, capsys):
     assert main(["compare", "--models", "dtk", "--datasets", "dkvmn_statics2011", "-o", str(tmp_path / "x")]) == 2
     assert "did you mean 'dkt'" in capsys.readouterr().err

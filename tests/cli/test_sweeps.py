@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from connectors.datasets.splits import DATASET_FORMATS
-from ktstream.cli.compare import AS_GIVEN, family_kwargs
+from ktstream.cli.compare import AS_GIVEN, family_grids, family_kwargs
 from ktstream.cli.main import build_parser
 from ktstream.models import create
 
@@ -32,6 +32,7 @@ def test_every_sweep_line_is_a_compare_run_whose_models_build(args):
     assert set(names) <= set(DATASET_FORMATS), names
     models = ns.models.split(",")
     kwargs = family_kwargs(ns.model_arg, models)
+    family_grids(ns.lr_grid, models, ns.lr)
     for model in models:
         config = create(model, n_items=10, n_concepts=10, **kwargs[model]).config()
         assert {k: config[k] for k in kwargs[model]} == kwargs[model]

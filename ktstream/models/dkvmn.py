@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ktstream.data.histories import Histories, Interactions, Prepared, derived
-from ktstream.models.base import Described, KTModel, State, where_state
+from ktstream.models.base import Described, KTModel, State
 from ktstream.models.embeddings import InteractionEmbedding, QuestionEmbedding
 from ktstream.models.families import register
 
@@ -85,12 +85,40 @@ class DKVMN(KTModel):
     def _read(weights: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
         return (weights.unsqueeze(-2) @ memory).squeeze(-2)  # (B, 1, N) @ (B, N, Dv) -> (B, Dv)
 
+    def _erase_add(self, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The erase and add vectors (..., Dv) of interaction embeddings (..., Dv)."""
+        return torch.sigmoid(self.erase(value)), torch.tanh(self.add(value))
+
+    @staticmethod
+    def _erase_then_add(memory: torch.Tensor, weights: torch.Tensor, erase: torch.Tensor,
+                        add: torch.Tensor) -> torch.Tensor:
+        """memory * (1 - w * erase) + w * add, with two (B, N, Dv) temporaries instead of four."""
+        return torch.addcmul(memory, weights.unsqueeze(-1), add.unsqueeze(1) - erase.unsqueeze(1) * memory)
+
     def _write(self, memory: torch.Tensor, weights: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-        erase = torch.sigmoid(self.erase(value)).unsqueeze(1)  # (B, 1, Dv)
-        add = torch.tanh(self.add(value)).unsqueeze(1)
-        w = weights.unsqueeze(-1)  # (B, N, 1)
-        # memory * (1 - w * erase) + w * add, with two (B, N, Dv) temporaries instead of four
-        return torch.addcmul(memory, w, add - erase * memory)
+        return self._erase_then_add(memory, weights, *self._erase_add(value))
+
+    def _memory_pass(self, memory: torch.Tensor, weights: torch.Tensor, value: torch.Tensor,
+                     histories: Histories) -> tuple[torch.Tensor, torch.Tensor]:
+        """The recurrence over positions: each position's read (B, T, Dv) of the memory as its step
+        started, and the memory after the last applied write (B, N, Dv). Erase and add depend on the
+        interaction alone, so they are computed for every position at once, outside the loop."""
+        B, T = histories.shape
+        erase, add = self._erase_add(value)
+        new_step = histories.step_start == torch.arange(T, device=value.device)
+        applied = histories.applied  # a prediction request writes nothing, as in serving
+        # one device sync for the whole loop; where every row starts a step or is applied, no select
+        any_applied, all_applied, all_new = (x.tolist() for x in (applied.any(0), applied.all(0), new_step.all(0)))
+        at_step_start, reads = memory, []
+        for t in range(T):
+            at_step_start = memory if all_new[t] else torch.where(new_step[:, t].view(B, 1, 1), memory, at_step_start)
+            reads.append(self._read(weights[:, t], at_step_start))
+            if any_applied[t]:
+                written = self._erase_then_add(memory, weights[:, t], erase[:, t], add[:, t])
+                memory = written if all_applied[t] else torch.where(applied[:, t].view(B, 1, 1), written, memory)
+        if not reads:
+            return value.new_zeros(B, 0, self.value_dim), memory
+        return torch.stack(reads, dim=1), memory
 
     def _log_probs(self, read: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         summary = torch.tanh(self.summary(torch.cat([read, key], dim=-1)))
@@ -102,16 +130,7 @@ class DKVMN(KTModel):
         memory = state["memory"] if state is not None else self.value0.unsqueeze(0).expand(B, -1, -1)
         key, weights = self._address(histories.items, histories.concepts)  # (B, T, Dk), (B, T, N)
         value = self.interaction(histories.items, histories.concepts, histories.responses)  # (B, T, Dv)
-        applied = histories.applied  # (B, T): a prediction request writes nothing, as in serving
-        at_step_start = memory
-        reads = []
-        for t in range(T):
-            new_step = histories.step_start[:, t] == t  # (B,)
-            at_step_start = torch.where(new_step.view(B, 1, 1), memory, at_step_start)
-            reads.append(self._read(weights[:, t], at_step_start))
-            written = self._write(memory, weights[:, t], value[:, t])
-            memory = torch.where(applied[:, t].view(B, 1, 1), written, memory)
-        read = torch.stack(reads, dim=1)  # (B, T, Dv)
+        read, memory = self._memory_pass(memory, weights, value, histories)
         return self._log_probs(read, key), {"memory": memory}
 
     # -- serving path ----------------------------------------------------

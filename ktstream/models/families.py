@@ -7,7 +7,7 @@ parametrized over it, so a new family is tested the moment it is registered).
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 from ktstream.models.base import KTModel
 

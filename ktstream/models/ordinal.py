@@ -237,15 +237,7 @@ class OrdinalDKVMN(DKVMN):
         raw = self.interaction(histories.items, histories.concepts, histories.responses)  # (B, T, Dv)
         applied = histories.applied  # (B, T): a prediction request writes nothing, as in serving
         value, cache = self._applied_values(raw, applied, state)
-        memory = at_step_start = state["memory"]  # (B, N, Dv)
-        reads = []
-        for t in range(T):
-            new_step = histories.step_start[:, t] == t  # (B,)
-            at_step_start = torch.where(new_step.view(B, 1, 1), memory, at_step_start)
-            reads.append(self._read(weights[:, t], at_step_start))
-            written = self._write(memory, weights[:, t], value[:, t])
-            memory = torch.where(applied[:, t].view(B, 1, 1), written, memory)
-        read = torch.stack(reads, dim=1)  # (B, T, Dv)
+        read, memory = self._memory_pass(state["memory"], weights, value, histories)
         return self._head(read, weights, key), {"memory": memory} | cache
 
     # -- serving path ----------------------------------------------------

@@ -363,6 +363,32 @@ def aggregate(dataset: str, protocol: str, rows: str, runs: list[dict]) -> dict:
             "state_bytes_per_learner": int(round(mean("state_bytes_per_learner")))}
 
 
+def length_labels() -> list[str]:
+    """The history-length buckets' labels, in order (``scoring.binary.LENGTH_BINS``)."""
+    from ktstream.scoring.binary import LENGTH_BINS
+
+    return [f"{lo}-{hi}" if hi else f">{lo - 1}" for lo, hi in LENGTH_BINS]
+
+
+def by_history_length(runs: list[dict]) -> list[dict]:
+    """One row per (data set, model): test AUC in each history-length bucket, the mean over seeds (NaN where a
+    bucket has no test prediction or one class only), and the bucket's test predictions (``n 1-2`` ...), so a
+    gap on long histories (the long-history question) reads off the same table as the overall figures."""
+    labels, rows = length_labels(), {}
+    for r in runs:
+        rows.setdefault((r["dataset"], r["model"]), []).append(r["auc_by_history_length"] or {})
+    out = []
+    for (dataset, model), buckets in rows.items():
+        row: dict[str, Any] = {"dataset": dataset, "model": model}
+        for label in labels:
+            aucs = [b[label]["auc"] for b in buckets if label in b and b[label]["auc"] == b[label]["auc"]]
+            row[label] = statistics.fmean(aucs) if aucs else float("nan")
+        for label in labels:
+            row[f"n {label}"] = buckets[0].get(label, {}).get("n", 0)
+        out.append(row)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     models = [m for m in args.models.split(",") if m]
     kw = family_kwargs(args.model_arg, models)
@@ -400,13 +426,17 @@ def run(args: argparse.Namespace) -> int:
             every += runs
             table.append(aggregate(label, proto, rows, runs))
             print(format_table([table[-1]], COLUMNS), flush=True)
+    lengths = by_history_length(every)
+    length_columns = ["dataset", "model", *length_labels(), *(f"n {label}" for label in length_labels())]
     text = format_table(table, COLUMNS)
-    (out / "table.md").write_text(text + "\n")
-    (out / "table.json").write_text(json.dumps({"columns": COLUMNS, "rows": table, "runs": every, "plan": plan},
-                                               indent=2, default=float))
+    (out / "table.md").write_text(f"{text}\n\nTest AUC by the position of the predicted interaction in its learner's "
+                                  f"history (mean over seeds; n: test predictions):\n\n"
+                                  f"{format_table(lengths, length_columns)}\n")
+    (out / "table.json").write_text(json.dumps({"columns": COLUMNS, "rows": table, "runs": every, "plan": plan,
+                                                "by_history_length": lengths}, indent=2, default=float))
     from ktstream.reports.comparison import comparison_page
 
-    (out / "report.html").write_text(comparison_page(table, COLUMNS, plan))
+    (out / "report.html").write_text(comparison_page(table, COLUMNS, plan, (lengths, length_columns)))
     print(text)
     print(f"wrote {out}: plan.json, table.md, table.json, report.html")
     return 0

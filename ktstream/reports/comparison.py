@@ -29,9 +29,21 @@ NOTES = ("AUC, accuracy and log loss: test split, mean over seeds (AUC sd: stand
          "prequential: trained before C1, selected on [C1, C0), tested after C0.")
 
 
-def comparison_section(rows: Sequence[dict[str, Any]], columns: Sequence[str], plan: dict | None = None) -> str:
+#: the note under the table of AUC by history length
+LENGTH_NOTE = ("Test AUC by the position of the predicted interaction in its learner's history, mean over seeds; "
+               "n: the bucket's test predictions. '-' where a bucket has none or one class only (under prequential "
+               "the early buckets are empty when no test learner starts after C0).")
+
+
+def comparison_section(rows: Sequence[dict[str, Any]], columns: Sequence[str], plan: dict | None = None,
+                       by_length: tuple[Sequence[dict[str, Any]], Sequence[str]] | None = None) -> str:
+    """The table, its notes and the plan's budget; with ``by_length`` (rows, columns), AUC by history length."""
     parts = [table(rows, columns, [HEADERS.get(c, c.replace("_", " ")) for c in columns]),
              paragraph(NOTES, "meta")]
+    if by_length is not None:
+        length_rows, length_columns = by_length
+        headers = [HEADERS.get(c, c) for c in length_columns]
+        parts += [table(length_rows, length_columns, headers), paragraph(LENGTH_NOTE, "meta")]
     if plan is not None:
         budget = json.dumps(plan.get("budget", {}))
         parts.append(paragraph(f"Plan written {plan.get('written')} before any test data was read; budget {budget}; "
@@ -39,6 +51,7 @@ def comparison_section(rows: Sequence[dict[str, Any]], columns: Sequence[str], p
     return section("Comparison table", *parts, anchor="comparison-table")
 
 
-def comparison_page(rows: Sequence[dict[str, Any]], columns: Sequence[str], plan: dict | None = None) -> str:
+def comparison_page(rows: Sequence[dict[str, Any]], columns: Sequence[str], plan: dict | None = None,
+                    by_length: tuple[Sequence[dict[str, Any]], Sequence[str]] | None = None) -> str:
     subtitle = f"generated {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {len(rows)} rows"
-    return page("ktstream comparison", subtitle, [comparison_section(rows, columns, plan)])
+    return page("ktstream comparison", subtitle, [comparison_section(rows, columns, plan, by_length)])

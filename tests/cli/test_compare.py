@@ -65,6 +65,33 @@ def test_plan_before_test_data_and_table_equals_runs(toy, tmp_path, monkeypatch)
     assert (out / "plan.json").stat().st_mtime <= (out / "table.json").stat().st_mtime
 
 
+def test_auc_by_history_length_per_family_is_the_mean_of_its_runs(toy, tmp_path):
+    out = tmp_path / "cmp"
+    assert main(["compare", "--models", "dkt,irt-pfa", "--data", str(toy), "--format", "dkvmn", "--seeds", "2", *TINY,
+                 "-o", str(out)]) == 0
+    table = json.loads((out / "table.json").read_text())
+    labels = compare.length_labels()
+    assert labels[0] == "1-2" and labels[-1] == ">200"
+    rows = {r["model"]: r for r in table["by_history_length"]}
+    assert set(rows) == {"dkt", "irt-pfa"}
+    for model, row in rows.items():
+        runs = [r for r in table["runs"] if r["model"] == model]
+        for label in labels:
+            aucs = [r["auc_by_history_length"][label]["auc"] for r in runs]
+            aucs = [a for a in aucs if a == a]
+            if aucs:
+                assert row[label] == pytest.approx(sum(aucs) / len(aucs), abs=1e-12)
+            else:
+                assert row[label] != row[label]  # NaN: no prediction in the bucket
+            assert row[f"n {label}"] == runs[0]["auc_by_history_length"][label]["n"]
+        assert sum(row[f"n {label}"] for label in labels) == runs[0]["n"]  # every test prediction in one bucket
+    assert any(rows["dkt"][label] == rows["dkt"][label] for label in labels[1:])  # not all empty
+    md = (out / "table.md").read_text()
+    assert "| dataset | model | 1-2 | 3-10 |" in md
+    assert md.count("| dkt |") == 2  # the main table and the history-length table
+    assert "Test AUC by the position" in (out / "report.html").read_text()
+
+
 def test_timestamped_events_run_prequential(tmp_path):
     from ktstream.data.eventlog import write_events
     from ktstream.data.simulate import simulate

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from ktstream.cli.compare import COLUMNS
+from ktstream.cli.compare import COLUMNS, length_labels
 from ktstream.reports.comparison import comparison_page
 from tests.reports.test_report_browser import PROBE, WIDTH, chromium, needs_browser
 
@@ -26,7 +26,12 @@ def wide_rows() -> list[dict]:
 def test_the_comparison_table_fits_a_1280_px_window(tmp_path):
     plan = {"written": "2026-11-26T13:00:00Z", "budget": {"epochs": 30, "patience": 4, "seeds": 3},
             "selection": "learning rate by best validation score at seed 0; no test data read"}
-    html = comparison_page(wide_rows(), COLUMNS, plan)
+    labels = length_labels()
+    lengths = [{"dataset": r["dataset"], "model": r["model"], **{label: 0.812345 for label in labels},
+                **{f"n {label}": 1234567 for label in labels}} for r in wide_rows()]
+    html = comparison_page(wide_rows(), COLUMNS, plan, (lengths, ["dataset", "model", *labels,
+                                                                   *(f"n {label}" for label in labels)]))
+    assert html.count("<table>") == 2
     probe = tmp_path / "probe.html"
     probe.write_text(html.replace("</body>", PROBE + "</body>"), encoding="utf-8")
     dom = chromium(f"--window-size={WIDTH},900", "--dump-dom", probe.as_uri())

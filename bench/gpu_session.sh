@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A lent GPU machine's checks in one call that ends by a deadline: the data-parallel check
 # (bench/ddp_check.sh: NCCL), then a sweep of `ktstream compare` runs as parallel processes. Each run
-# appends its table row to $OUT/summary.txt when it ends; a run still going at the deadline is killed
+# appends its table rows to $OUT/summary.txt when it ends; a run still going at the deadline is killed
 # and keeps its per-epoch log lines ($OUT/epochs.txt). Every run's figures go to $OUT/runs.jsonl.
 #   DEADLINE=420 KTSTREAM_DATA=/path/to/data bash bench/gpu_session.sh SWEEP
 # SWEEP: one run per line, "NAME compare-arguments..." (no -o; blank lines and # comments skipped).
@@ -31,7 +31,7 @@ while read -r name args; do
     if [[ -f "$runs/$name/table.json" ]]; then
       python -c "import json,sys; t=json.load(open(sys.argv[1])); [print(json.dumps(dict(r, name=sys.argv[2]))) for r in t['runs']]" \
         "$runs/$name/table.json" "$name" >> "$OUT/runs.jsonl"
-      echo "$name $(tail -n 1 "$runs/$name/table.md")" >> "$OUT/summary.txt"
+      awk -v n="$name" 'NR > 2 && /^$/ {exit} NR > 2 {print n, $0}' "$runs/$name/table.md" >> "$OUT/summary.txt"
     else
       echo "$name exit $rc: $(grep -v valid_auc "$runs/$name.log" | tail -n 1)" >> "$OUT/summary.txt"
     fi ) &

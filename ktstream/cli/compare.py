@@ -363,18 +363,13 @@ def aggregate(dataset: str, protocol: str, rows: str, runs: list[dict]) -> dict:
             "state_bytes_per_learner": int(round(mean("state_bytes_per_learner")))}
 
 
-def length_labels() -> list[str]:
-    """The history-length buckets' labels, in order (``scoring.binary.LENGTH_BINS``)."""
-    from ktstream.scoring.binary import LENGTH_BINS
-
-    return [f"{lo}-{hi}" if hi else f">{lo - 1}" for lo, hi in LENGTH_BINS]
-
-
 def by_history_length(runs: list[dict]) -> list[dict]:
     """One row per (data set, model): test AUC in each history-length bucket, the mean over seeds (NaN where a
     bucket has no test prediction or one class only), and the bucket's test predictions (``n 1-2`` ...), so a
     gap on long histories (the long-history question) reads off the same table as the overall figures."""
-    labels, rows = length_labels(), {}
+    from ktstream.scoring.binary import LENGTH_LABELS
+
+    labels, rows = LENGTH_LABELS, {}
     for r in runs:
         rows.setdefault((r["dataset"], r["model"]), []).append(r["auc_by_history_length"] or {})
     out = []
@@ -400,7 +395,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--seeds must be at least 1 and --first-seed at least 0")
     set_threads(args)
     from ktstream.cli.sources import rows_policy
-    from ktstream.scoring.binary import format_table
+    from ktstream.scoring.binary import LENGTH_LABELS, format_table
 
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -427,7 +422,7 @@ def run(args: argparse.Namespace) -> int:
             table.append(aggregate(label, proto, rows, runs))
             print(format_table([table[-1]], COLUMNS), flush=True)
     lengths = by_history_length(every)
-    length_columns = ["dataset", "model", *length_labels(), *(f"n {label}" for label in length_labels())]
+    length_columns = ["dataset", "model", *LENGTH_LABELS, *(f"n {label}" for label in LENGTH_LABELS)]
     text = format_table(table, COLUMNS)
     (out / "table.md").write_text(f"{text}\n\nTest AUC by the position of the predicted interaction in its learner's "
                                   f"history (mean over seeds; n: test predictions):\n\n"

@@ -31,7 +31,7 @@ business (ktstream.serving); a family only names the kind of state it keeps
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import torch
 from torch import nn
@@ -102,6 +102,25 @@ class KTModel(nn.Module):
     def config(self) -> dict[str, Any]:
         """Constructor arguments, JSON-serialisable, so the registry can rebuild the model."""
         raise NotImplementedError
+
+
+class StepFlags(NamedTuple):
+    """What a training loop over positions needs to know of each step, read with one device sync: ``starts``
+    and ``applied`` (B, T), and per position whether every row starts a step, any row is applied and every
+    row is (where a select over rows picks everything, it can be skipped)."""
+
+    starts: torch.Tensor
+    applied: torch.Tensor
+    all_start: list[bool]
+    any_applied: list[bool]
+    all_applied: list[bool]
+
+    @classmethod
+    def of(cls, histories: Histories) -> "StepFlags":
+        T = histories.shape[1]
+        starts = histories.step_start == torch.arange(T, device=histories.step_start.device)
+        applied = histories.applied  # a prediction request writes nothing, as in serving
+        return cls(starts, applied, *(x.tolist() for x in (starts.all(0), applied.any(0), applied.all(0))))
 
 
 def select_state(state: State, rows: torch.Tensor) -> State:

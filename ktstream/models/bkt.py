@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from ktstream.data.histories import Histories, Interactions
-from ktstream.models.base import Described, KTModel, State
+from ktstream.models.base import Described, KTModel, State, StepFlags
 from ktstream.models.families import register
 
 #: Probabilities in the initial parameters (the logits are set from them).
@@ -173,19 +173,16 @@ class BKT(KTModel):
         like1, like0 = self._likelihoods(histories.responses, slot)
         # the loop carries only what depends on the previous step: the emissions, likelihoods and the
         # predictive distributions are computed for every position at once, outside it
-        new_step = histories.step_start == torch.arange(T, device=ids.device)
-        applied = histories.applied
+        f = StepFlags.of(histories)
         per_step = zip(ids.unbind(1), like1.unbind(1), like0.unbind(1), slot["learn"].unbind(1),
-                       slot["forget"].unbind(1), slot["keep"].unbind(1), new_step.unbind(1), applied.unbind(1))
-        # one device sync for the whole loop; where every row starts a step or is applied, no select
-        any_applied, all_applied, all_new = (x.tolist() for x in (applied.any(0), applied.all(0), new_step.all(0)))
+                       slot["forget"].unbind(1), slot["keep"].unbind(1), f.starts.unbind(1), f.applied.unbind(1))
         at_step_start, read = mastery, []
         for t, (i, l1, l0, learn, forget, keep, starts, applies) in enumerate(per_step):
-            at_step_start = mastery if all_new[t] else torch.where(starts.view(B, 1), mastery, at_step_start)
+            at_step_start = mastery if f.all_start[t] else torch.where(starts.view(B, 1), mastery, at_step_start)
             read.append(at_step_start.gather(1, i))
-            if any_applied[t]:
+            if f.any_applied[t]:
                 after = self._next(mastery, i, l1, l0, {"learn": learn, "forget": forget, "keep": keep})
-                mastery = after if all_applied[t] else torch.where(applies.view(B, 1), after, mastery)
+                mastery = after if f.all_applied[t] else torch.where(applies.view(B, 1), after, mastery)
         if not read:
             return mastery.new_zeros(B, 0, self.n_categories), {"mastery": mastery}
         return self._log_probs(torch.stack(read, 1), weight, slot), {"mastery": mastery}

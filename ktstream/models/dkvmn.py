@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ktstream.data.histories import Histories, Interactions, Prepared, derived
-from ktstream.models.base import Described, KTModel, State
+from ktstream.models.base import Described, KTModel, State, StepFlags
 from ktstream.models.embeddings import InteractionEmbedding, QuestionEmbedding
 from ktstream.models.families import register
 
@@ -105,17 +105,15 @@ class DKVMN(KTModel):
         interaction alone, so they are computed for every position at once, outside the loop."""
         B, T = histories.shape
         erase, add = self._erase_add(value)
-        new_step = histories.step_start == torch.arange(T, device=value.device)
-        applied = histories.applied  # a prediction request writes nothing, as in serving
-        # one device sync for the whole loop; where every row starts a step or is applied, no select
-        any_applied, all_applied, all_new = (x.tolist() for x in (applied.any(0), applied.all(0), new_step.all(0)))
+        f = StepFlags.of(histories)
         at_step_start, reads = memory, []
-        for t in range(T):
-            at_step_start = memory if all_new[t] else torch.where(new_step[:, t].view(B, 1, 1), memory, at_step_start)
+        rows = (f.starts.view(B, T, 1, 1).unbind(1), f.applied.view(B, T, 1, 1).unbind(1))  # per position, (B, 1, 1)
+        for t, (starts, applies) in enumerate(zip(*rows)):
+            at_step_start = memory if f.all_start[t] else torch.where(starts, memory, at_step_start)
             reads.append(self._read(weights[:, t], at_step_start))
-            if any_applied[t]:
+            if f.any_applied[t]:
                 written = self._erase_then_add(memory, weights[:, t], erase[:, t], add[:, t])
-                memory = written if all_applied[t] else torch.where(applied[:, t].view(B, 1, 1), written, memory)
+                memory = written if f.all_applied[t] else torch.where(applies, written, memory)
         if not reads:
             return value.new_zeros(B, 0, self.value_dim), memory
         return torch.stack(reads, dim=1), memory

@@ -230,7 +230,7 @@ class OrdinalDKVMN(DKVMN):
 
     # -- training path ---------------------------------------------------
     def forward(self, histories: Histories, state: State | None = None) -> tuple[torch.Tensor, State]:
-        B, T = histories.shape
+        B = histories.shape[0]
         if state is None:  # value0 keeps its gradient, unlike init_state's detached copy
             state = self.init_state(B) | {"memory": self.value0.unsqueeze(0).expand(B, -1, -1)}
         key, weights = self._address(histories.items, histories.concepts)  # (B, T, Dk), (B, T, N)

@@ -15,6 +15,8 @@ import numpy as np
 
 #: History-length bins for "AUC by history length" (1-based position in the learner's history).
 LENGTH_BINS = [(1, 2), (3, 10), (11, 50), (51, 100), (101, 200), (201, None)]
+#: their labels in ``summarize``'s "auc_by_history_length" and the comparison table: "1-2" ... ">200"
+LENGTH_LABELS = [f"{lo}-{hi}" if hi else f">{lo - 1}" for lo, hi in LENGTH_BINS]
 
 
 def auc(y, p) -> float:
@@ -70,9 +72,8 @@ def summarize(y, p, positions=None) -> dict:
     if positions is not None:
         positions = np.asarray(positions)
         by_len = {}
-        for lo, hi in LENGTH_BINS:
+        for (lo, hi), label in zip(LENGTH_BINS, LENGTH_LABELS):
             sel = (positions >= lo) & (positions <= hi if hi else True)
-            label = f"{lo}-{hi}" if hi else f">{lo - 1}"
             by_len[label] = {"n": int(sel.sum()), "auc": auc(y[sel], p[sel]) if sel.any() else float("nan")}
         out["auc_by_history_length"] = by_len
     return out

@@ -9,6 +9,7 @@ import pytest
 
 from ktstream.cli import compare
 from ktstream.cli.main import main
+from ktstream.scoring.binary import LENGTH_LABELS
 from tests.cli.toy import write_dkvmn
 
 TINY = ["--model-arg", "dkt.hidden=8", "--epochs", "1", "--patience", "1", "--threads", "1"]
@@ -70,7 +71,7 @@ def test_auc_by_history_length_per_family_is_the_mean_of_its_runs(toy, tmp_path)
     assert main(["compare", "--models", "dkt,irt-pfa", "--data", str(toy), "--format", "dkvmn", "--seeds", "2", *TINY,
                  "-o", str(out)]) == 0
     table = json.loads((out / "table.json").read_text())
-    labels = compare.length_labels()
+    labels = LENGTH_LABELS
     assert labels[0] == "1-2" and labels[-1] == ">200"
     rows = {r["model"]: r for r in table["by_history_length"]}
     assert set(rows) == {"dkt", "irt-pfa"}

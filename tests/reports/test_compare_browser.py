@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 
-from ktstream.cli.compare import COLUMNS, length_labels
+from ktstream.cli.compare import COLUMNS
 from ktstream.reports.comparison import comparison_page
+from ktstream.scoring.binary import LENGTH_LABELS
 from tests.reports.test_report_browser import PROBE, WIDTH, chromium, needs_browser
 
 
@@ -26,7 +27,7 @@ def wide_rows() -> list[dict]:
 def test_the_comparison_table_fits_a_1280_px_window(tmp_path):
     plan = {"written": "2026-11-26T13:00:00Z", "budget": {"epochs": 30, "patience": 4, "seeds": 3},
             "selection": "learning rate by best validation score at seed 0; no test data read"}
-    labels = length_labels()
+    labels = LENGTH_LABELS
     lengths = [{"dataset": r["dataset"], "model": r["model"], **{label: 0.812345 for label in labels},
                 **{f"n {label}": 1234567 for label in labels}} for r in wide_rows()]
     html = comparison_page(wide_rows(), COLUMNS, plan, (lengths, ["dataset", "model", *labels,

@@ -13,8 +13,8 @@ test learners
 - head ablation: test AUC with one head zeroed in every attention layer (`head_ablation.masked_head`)
   minus test AUC;
 - attention heatmaps of the first test learners (`stepwise.attention_map`);
-- seconds per training epoch, parameters, and peak memory: CUDA's peak allocation where training ran on
-  a GPU, else the process's peak RSS so far (monotonic: read it as an upper bound).
+- seconds per training epoch, parameters, and the training's peak memory and its growth above the memory
+  in use before it (`peak_memory`: CUDA's peak allocation on a GPU, the run's own peak RSS on Linux).
 
 `summarize_study` gives mean and standard deviation over seeds and a paired t-test over seeds for every
 (recurrent, attention) pair of families on test AUC and on dependent-event AUC, and one for recurrence
@@ -24,7 +24,6 @@ against attention as families (per seed, the mean over each side's families).
 from __future__ import annotations
 
 import math
-import resource
 import statistics
 import time
 from typing import Any, Sequence
@@ -34,6 +33,7 @@ import torch
 
 from ktstream.data.histories import LearnerHistory, build_vocabularies, collate, encode
 from ktstream.evaluation.head_ablation import head_count, masked_head
+from ktstream.evaluation.peak_memory import peak_memory
 from ktstream.evaluation.protocols import n_categories_of
 from ktstream.models import create
 from ktstream.models.base import where_state
@@ -119,11 +119,8 @@ def study_run(family: str, kwargs: dict, train: Sequence[dict], valid: Sequence[
     model = create(family, n_items=len(items), n_concepts=len(concepts), n_categories=n_categories_of(train),
                    **kwargs)
     cuda = cfg.device == "cuda" or (cfg.device == "auto" and torch.cuda.is_available())
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    fitted = fit(model, tr, va, cfg)
-    memory = (torch.cuda.max_memory_allocated() if cuda
-              else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    with peak_memory(cuda) as memory:
+        fitted = fit(model, tr, va, cfg)
     model.cpu().eval()
     summary = _test_auc(model, te, positions=True)
     out: dict[str, Any] = {
@@ -131,7 +128,8 @@ def study_run(family: str, kwargs: dict, train: Sequence[dict], valid: Sequence[
         "test_auc": summary["auc"], "auc_by_history_length": summary["auc_by_history_length"],
         "seconds_per_epoch": fitted.seconds / max(len(fitted.history), 1), "epochs": len(fitted.history),
         "parameters": sum(p.numel() for p in model.parameters()),
-        "peak_memory_bytes": int(memory), "memory_kind": "cuda peak allocated" if cuda else "process peak RSS"}
+        "peak_memory_bytes": memory["peak_bytes"], "memory_growth_bytes": memory["growth_bytes"],
+        "memory_kind": memory["kind"]}
     steps = described_steps(model, te)
     out.update(_alignment(model, te, steps, truth, topk))
     out.update(_heads(steps))
@@ -243,7 +241,7 @@ def summarize_study(runs: list[dict]) -> dict[str, Any]:
     for f in fams:
         rs = sorted((r for r in runs if r["family"] == f), key=lambda r: r["seed"])
         row = {"family": f, "kind": rs[0]["kind"], "seeds": len(rs)}
-        for key in ("test_auc", "dependent_auc", "seconds_per_epoch", "peak_memory_bytes"):
+        for key in ("test_auc", "dependent_auc", "seconds_per_epoch", "peak_memory_bytes", "memory_growth_bytes"):
             row[key], row[f"{key}_sd"] = _mean_sd([r.get(key) for r in rs])
         row["parameters"] = rs[0]["parameters"]
         rows.append(row)

@@ -97,9 +97,10 @@ def _heatmaps(part: dict) -> str:
 def _cost(part: dict) -> str:
     return section(f"{part['name']}: training time and memory",
                    table(part["families"], ["family", "parameters", "seconds_per_epoch", "seconds_per_epoch_sd",
-                                            "peak_memory_bytes"]),
-                   paragraph(f"Memory: {part['runs'][0].get('memory_kind')} (on CPU the process's peak so far: an "
-                             f"upper bound that grows across configurations).", "meta"), anchor=f"{part['key']}-cost")
+                                            "peak_memory_bytes", "memory_growth_bytes"]),
+                   paragraph(f"Memory: {part['runs'][0].get('memory_kind')}, during training; growth: above the "
+                             f"memory in use when training began (the configuration's own need).", "meta"),
+                   anchor=f"{part['key']}-cost")
 
 
 def study_page(parts: list[dict[str, Any]], meta: str) -> str:

@@ -41,6 +41,7 @@ def test_study_writes_every_section_with_two_seeds(tmp_path):
     for s in SECTIONS:
         assert f'id="synthetic-{s}"' in html
     assert "data:image/png;base64" in html
+    assert "memory growth bytes" in html  # each configuration's own training memory
 
 
 def test_masked_head_changes_predictions_only_inside_the_block():

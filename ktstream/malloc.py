@@ -23,9 +23,28 @@ def tune_malloc(mmap_threshold: int = 32 << 20, trim_threshold: int = 256 << 20)
     previous one freed; the heap then keeps up to ``trim_threshold`` bytes of free memory.
     Process-wide; returns False (nothing changed) where the C library has no glibc ``mallopt``.
     """
-    try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
-    except (OSError, AttributeError, TypeError):
+    mallopt = _glibc("mallopt")
+    if mallopt is None:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1 and mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1
+
+
+def trim_heap() -> bool:
+    """Hand the heap's free pages back to the kernel now (``malloc_trim``), so the resident set is what is live.
+
+    Returns False where the C library has no glibc ``malloc_trim``.
+    """
+    malloc_trim = _glibc("malloc_trim")
+    if malloc_trim is None:
+        return False
+    malloc_trim(0)
+    return True
+
+
+def _glibc(name: str):
+    """The C library's function ``name``, or None where it has none (not glibc, or no C library found)."""
+    try:
+        return getattr(ctypes.CDLL(ctypes.util.find_library("c")), name)
+    except (OSError, AttributeError, TypeError):
+        return None

@@ -14,8 +14,6 @@ Each gives the peak and its growth above the memory in use at the start (the wor
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import re
 import resource
 from contextlib import contextmanager
@@ -24,6 +22,8 @@ from typing import Iterator
 
 import torch
 
+from ktstream.malloc import trim_heap
+
 STATUS, CLEAR_REFS = Path("/proc/self/status"), Path("/proc/self/clear_refs")
 RESET_PEAK_RSS = "5"  # clear_refs: reset the peak resident set size (Linux 4.0 and later)
 
@@ -31,14 +31,6 @@ RESET_PEAK_RSS = "5"  # clear_refs: reset the peak resident set size (Linux 4.0 
 def status_bytes(field: str) -> int:
     """A ``kB`` field of /proc/self/status (``VmRSS``, ``VmHWM``) in bytes."""
     return int(re.search(rf"^{field}:\s+(\d+) kB", STATUS.read_text(), re.M).group(1)) * 1024
-
-
-def trim_heap() -> None:
-    """Give the C heap's free pages back to the kernel (glibc; a no-op elsewhere)."""
-    try:
-        ctypes.CDLL(ctypes.util.find_library("c")).malloc_trim(0)
-    except (OSError, AttributeError, TypeError):
-        pass
 
 
 def reset_peak_rss() -> bool:
